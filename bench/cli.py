@@ -1,0 +1,183 @@
+"""The ``ftbench`` command line: a thin layer of click over plain functions.
+
+Everything a command does is a function of :mod:`bench` that a test or a notebook can
+call; this module only parses arguments, prints, and maps errors to exit statuses
+(2 for bad input, with one line naming the file and the key).
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from bench import catalogue
+from bench.config import ConfigError, to_dict
+from bench.faults import FAULTS
+from bench.registry import Plugin, Registry
+from bench.scenario import Scenario, load, parse_override, points
+from bench.strategies import STRATEGIES
+from bench.workloads import WORKLOADS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _errors(func: F) -> F:
+    """Bad input becomes one line on stderr and exit status 2, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as err:
+            click.echo(f"ftbench: error: {err}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _load(name_or_file: str, sets: tuple[str, ...]) -> Scenario:
+    return load(catalogue.resolve(name_or_file), [parse_override(s) for s in sets])
+
+
+SET_OPTION = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                          help="Override a scenario key (dotted, e.g. workload.world_size=3); "
+                               "VALUE is read as TOML, else as a string. Replaces a sweep of that key.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ftbench")
+def cli() -> None:
+    """Fault injection and recovery-latency benchmarks for distributed PyTorch."""
+
+
+@cli.command("list")
+def list_cmd() -> None:
+    """Named scenarios, and the workloads, fault kinds and strategies they can use."""
+    click.echo(f"scenarios ({catalogue.directory()}):")
+    rows = catalogue.describe()
+    width = max((len(n) for n, _ in rows), default=0)
+    for name, description in rows:
+        click.echo(f"  {name:<{width}}  {description}")
+    for title, registry in (("workloads", WORKLOADS), ("faults", FAULTS), ("strategies", STRATEGIES)):
+        _list_registry(title, registry)
+
+
+def _list_registry(title: str, registry: Registry[Plugin]) -> None:
+    click.echo(f"{title}:")
+    width = max(len(n) for n in registry.names())
+    for name in registry.names():
+        click.echo(f"  {name:<{width}}  {registry[name].summary}")
+
+
+@cli.command()
+@click.argument("scenario")
+@SET_OPTION
+@_errors
+def show(scenario: str, sets: tuple[str, ...]) -> None:
+    """Print the resolved points of SCENARIO (a name or a TOML file)."""
+    sc = _load(scenario, sets)
+    pts = points(sc)
+    click.echo(f"{sc.name}: {sc.description}")
+    click.echo(f"source: {sc.source}")
+    click.echo(f"{len(pts)} point(s) x {sc.measure.trials} trial(s), deadline {sc.measure.deadline_s:g} s per trial")
+    for p in pts:
+        s = p.scenario
+        click.echo(f"\n{p.label}  (point {p.point_hash[:12]})")
+        click.echo(f"  workload  {_kv(to_dict(s.workload))}")
+        for i, f in enumerate(s.faults):
+            click.echo(f"  fault {i}   {_kv(to_dict(f))}")
+        click.echo(f"  recovery  {_kv(to_dict(s.recovery))}")
+        click.echo(f"  launch    {_kv(to_dict(s.launch))}  seed={s.measure.seed}")
+
+
+def _kv(d: dict[str, Any], prefix: str = "") -> str:
+    parts = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            if v:
+                parts.append(_kv(v, f"{prefix}{k}."))
+        else:
+            parts.append(f"{prefix}{k}={v}")
+    return " ".join(parts)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+def validate(files: tuple[str, ...]) -> None:
+    """Check scenario files; one line per file, exit status 2 if any is invalid."""
+    bad = 0
+    for name in files:
+        try:
+            sc = load(catalogue.resolve(name))
+            click.echo(f"ok    {sc.source}: {sc.name}, {len(points(sc))} point(s)")
+        except ConfigError as err:
+            click.echo(f"error {err}", err=True)
+            bad += 1
+    if bad:
+        sys.exit(2)
+
+
+@cli.command()
+@click.argument("scenario", required=False)
+@click.option("--trials", type=click.IntRange(min=1), help="Trials per point (overrides measure.trials).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Base directory of results.")
+@click.option("--resume", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Complete an interrupted run in this results directory (SCENARIO not needed).")
+@SET_OPTION
+@_errors
+def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None, sets: tuple[str, ...]) -> None:
+    """Run every point of SCENARIO and print its figures."""
+    from bench.results import RunDir
+    from bench.runner import resume_scenario, run as run_scenario
+    from bench.summary import format_point
+
+    if resume is not None:
+        rundir = RunDir(resume)
+        try:
+            sc, resume_trials = resume_scenario(rundir)
+        except FileNotFoundError as err:
+            raise ConfigError(str(resume), "", "a results directory with run.json") from err
+        trials = trials or resume_trials
+    elif scenario is None:
+        raise click.UsageError("give a SCENARIO, or --resume DIR")
+    else:
+        sc, rundir = _load(scenario, sets), None
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        report = run_scenario(sc, out=out, trials=trials, resume=rundir, argv=sys.argv)
+    except KeyboardInterrupt:
+        click.echo("\nftbench: interrupted; finished trials are kept. Complete the run with:\n"
+                   f"  ftbench run --resume {_latest_run(out, sc.name, rundir)}", err=True)
+        sys.exit(130)
+    click.echo("")
+    for point_hash, stats in report.stats.items():
+        click.echo(format_point(stats, point_hash))
+        click.echo("")
+    for label, why in report.skipped.items():
+        click.echo(f"skipped {label}: {why}")
+    click.echo("times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless. "
+               "Empty (-) means the figure does not exist for that outcome.")
+    click.echo(f"results: {report.rundir.path}")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _latest_run(out: Path, name: str, rundir: Any) -> Path:
+    if rundir is not None:
+        return rundir.path
+    runs = sorted((out / name).glob("*/run.json"), key=lambda p: p.stat().st_mtime)
+    return runs[-1].parent if runs else out / name
+
+
+def main() -> None:
+    cli(prog_name="ftbench")

@@ -1,0 +1,108 @@
+"""The event log: one JSON object per line, one file per process.
+
+Every process of a trial (rank, launcher agent, harness, lighthouse) appends to its own
+file with a single ``write(2)`` per line on an ``O_APPEND`` descriptor, so a process
+killed at any instant leaves only whole lines behind and nothing sits in a buffer.
+
+Each event carries ``t`` (``time.monotonic_ns()``: CLOCK_MONOTONIC, one clock for all
+processes of a host, immune to NTP steps) and ``wall`` (``time.time_ns()``, to place the
+trial in calendar time). Figures are differences of ``t`` only.
+
+This module must not import torch: ranks write their first event before importing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+Event = dict[str, Any]
+
+CLOCK = "CLOCK_MONOTONIC via time.monotonic_ns(); shared by every process of one host"
+
+
+class EventWriter:
+    """Appends events for one process; ``base`` fields go into every line."""
+
+    def __init__(self, path: str | Path, **base: Any) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.base = base
+
+    def emit(self, event: str, *, t: int | None = None, **fields: Any) -> int:
+        """Write one event and return its ``t`` (now, unless stamped earlier by the caller:
+        an injector stamps ``t`` just before it acts, not after)."""
+        t = time.monotonic_ns() if t is None else t
+        record = {"t": t, "wall": time.time_ns(), "event": event, **self.base, **fields}
+        os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
+        return t
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class EventTail:
+    """Follows every ``*.jsonl`` file of a directory, returning only complete new lines.
+
+    The harness polls it to see steps, detections and process starts as they happen
+    (files appear as processes start, so the directory is re-listed on every poll).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, bytes] = {}
+
+    def poll(self) -> list[Event]:
+        events: list[Event] = []
+        if not self.directory.is_dir():
+            return events
+        for path in sorted(self.directory.glob("*.jsonl")):
+            offset = self._offsets.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+            except FileNotFoundError:
+                continue
+            if not chunk:
+                continue
+            self._offsets[path] = offset + len(chunk)
+            data = self._partial.pop(path, b"") + chunk
+            lines = data.split(b"\n")
+            if lines[-1]:
+                self._partial[path] = lines[-1]
+            for line in lines[:-1]:
+                if line.strip():
+                    events.append(json.loads(line))
+        return events
+
+
+def read_events(directory: str | Path) -> list[Event]:
+    """Every complete event of a trial directory, ordered by ``t``.
+
+    A line cut short by a killed writer (impossible with one write per line, but files
+    may be copied mid-run) is skipped rather than failing the whole trial.
+    """
+    events: list[Event] = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        events.extend(_lines(path))
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
+def _lines(path: Path) -> Iterator[Event]:
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.endswith(b"\n") and line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue

@@ -1,0 +1,296 @@
+"""Figures of a trial, computed from its event log alone.
+
+Definitions (DESIGN.md "Trial lifecycle and the figures"), per fault:
+
+- ``ttd_s``: first ``detect`` by any surviving process (rank, agent, lighthouse) minus
+  ``inject``. Detections by the fault's own victims (a stalled rank that wakes up) do
+  not count: they are not the system noticing.
+- ``ttd_all_s``: the last surviving rank's first ``detect`` minus ``inject``; empty if
+  some surviving rank never detected.
+- ``ttr_s``: end of the first good step minus the first detect. A good step comes from
+  the world formed after the fault (``gen`` at or past the first ``reconfigured``) and
+  is past the last step committed before the detection, so replayed steps count as
+  recovery time. Its end is the latest ``step_end`` of that step among the world.
+- ``downtime_s`` = ``ttd_s + ttr_s``.
+- phases: consecutive boundaries inject -> detect -> (strategy's boundary events) ->
+  good step end; each phase is the gap between its boundary and the previous one that
+  exists, so the phases present always add up to ``downtime_s``.
+- ``steps_lost``: committed steps that were computed again after recovery.
+- ``goodput``: distinct steps completed x fault-free median step time / training wall
+  time (first step start to the end of the job's last rank).
+- ``degraded_step_ratio``: median step time after recovery (or, for a fault nobody
+  detected, after the injection) / fault-free median.
+- ``loss_delta``: final loss minus the fault-free reference's final loss (same point,
+  same seed), when a reference was run.
+
+A figure that does not exist for an outcome is NaN, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.events import Event
+
+NAN = math.nan
+
+FIGURES: tuple[str, ...] = (
+    "ttd_s",
+    "ttd_all_s",
+    "ttr_s",
+    "downtime_s",
+    "steps_lost",
+    "goodput",
+    "degraded_step_ratio",
+    "loss_delta",
+)
+#: Outcomes of DESIGN.md, plus ``not_injected`` (the trigger was never reached) and
+#: ``completed`` (a trial of a scenario without faults that ran to its end).
+OUTCOMES: tuple[str, ...] = ("recovered", "failed", "absorbed", "hung", "corrupted", "not_injected", "completed")
+
+#: Boundaries between detect and the good step for strategies that do not declare theirs.
+DEFAULT_PHASES: tuple[tuple[str, str], ...] = (("reconfigure", "reconfigured"), ("restore", "restore_end"))
+
+
+def is_figure(name: str) -> bool:
+    return name in FIGURES or (name.startswith("phase_") and name.endswith("_s"))
+
+
+@dataclass(slots=True)
+class WorldStep:
+    """One step as the whole world saw it (ranks of the same generation)."""
+
+    gen: int
+    step: int
+    t_end: int
+    ranks: set[int] = field(default_factory=set)
+    loss: float = 0.0
+    has_loss: bool = False
+    world_size: int = 0
+
+
+@dataclass(slots=True)
+class TrialSummary:
+    """Fault-independent facts of one trial."""
+
+    steps_done: int
+    completed: bool
+    hung: bool
+    final_loss: float
+    ff_step_s: float
+    train_start_ns: int | None
+    train_end_ns: int | None
+
+
+@dataclass(slots=True)
+class FaultFigures:
+    fault: int
+    kind: str
+    target: str
+    outcome: str
+    figures: dict[str, float]
+    phases: dict[str, float]
+    error: str = ""
+
+
+def world_steps(events: Iterable[Event]) -> dict[tuple[int, int], WorldStep]:
+    table: dict[tuple[int, int], WorldStep] = {}
+    for e in events:
+        if e["event"] != "step_end":
+            continue
+        key = (int(e.get("gen", 0)), int(e["step"]))
+        ws = table.get(key)
+        if ws is None:
+            ws = table[key] = WorldStep(gen=key[0], step=key[1], t_end=e["t"])
+        ws.t_end = max(ws.t_end, e["t"])
+        ws.ranks.add(int(e["rank"]))
+        ws.world_size = max(ws.world_size, int(e.get("world_size", 0)))
+        if e.get("loss_share") is not None:
+            ws.loss += float(e["loss_share"])
+            ws.has_loss = True
+    return table
+
+
+def summarize(events: Sequence[Event], *, steps: int, warmup_steps: int) -> TrialSummary:
+    injects = [e for e in events if e["event"] == "inject"]
+    first_inject = injects[0]["t"] if injects else None
+    step_events = [e for e in events if e["event"] == "step_end"]
+    pre = [
+        float(e["step_s"])
+        for e in step_events
+        if int(e["step"]) > warmup_steps and (first_inject is None or e["t"] < first_inject)
+    ]
+    table = world_steps(step_events)
+    done = {step for (_, step) in table}
+    final = max(table.values(), key=lambda w: (w.t_end, w.step), default=None)
+    final_loss = final.loss if final is not None and final.has_loss and final.step == steps else NAN
+    starts = [e["t"] - int(float(e["step_s"]) * 1e9) for e in step_events if int(e["step"]) == 1]
+    rank_ends = [e["t"] for e in events if e.get("src") == "rank"]
+    hung = any(e["event"] == "trial_end" and e.get("outcome") == "hung" for e in events)
+    return TrialSummary(
+        steps_done=len(done),
+        completed=steps in done and any(e["event"] == "train_end" for e in events),
+        hung=hung,
+        final_loss=final_loss,
+        ff_step_s=statistics.median(pre) if pre else NAN,
+        train_start_ns=min(starts) if starts else None,
+        train_end_ns=max(rank_ends) if rank_ends else None,
+    )
+
+
+def fault_figures(
+    events: Sequence[Event],
+    *,
+    faults: Sequence[tuple[str, str]],
+    steps: int,
+    warmup_steps: int,
+    phases: Sequence[tuple[str, str]] = DEFAULT_PHASES,
+    reference_final_loss: float = NAN,
+    reference_step_s: float = NAN,
+) -> list[FaultFigures]:
+    """One :class:`FaultFigures` per injection, in order.
+
+    ``faults`` lists the scenario's faults as ``(kind, target text)``; a fault that was
+    never injected (its trigger was not reached) still gets a row, outcome
+    ``not_injected`` (or ``hung``), so that nothing silently disappears. A trial without
+    faults gets one row, fault ``none``, outcome ``completed`` if the job finished.
+    """
+    summary = summarize(events, steps=steps, warmup_steps=warmup_steps)
+    ff_step_s = reference_step_s if not math.isnan(reference_step_s) else summary.ff_step_s
+    goodput = _goodput(summary, ff_step_s)
+    loss_delta = summary.final_loss - reference_final_loss
+    injects = [e for e in events if e["event"] == "inject"]
+    results = []
+    for i, inj in enumerate(injects):
+        t_next = injects[i + 1]["t"] if i + 1 < len(injects) else None
+        window = [e for e in events if e["t"] >= inj["t"] and (t_next is None or e["t"] < t_next)]
+        results.append(
+            _one_fault(inj, events, window, summary, phases, ff_step_s, goodput, loss_delta)
+        )
+    fired = {int(e.get("fault", 0)) for e in injects}
+    for index, (kind, target) in enumerate(faults):
+        if index not in fired:
+            fig = dict.fromkeys(FIGURES, NAN)
+            outcome = "hung" if summary.hung else "not_injected"
+            results.append(FaultFigures(fault=index, kind=kind, target=target, outcome=outcome, figures=fig,
+                                        phases={}, error="the fault's trigger was never reached"))
+    if not faults:
+        fig = dict.fromkeys(FIGURES, NAN)
+        fig["goodput"] = goodput
+        fig["loss_delta"] = loss_delta
+        outcome = "hung" if summary.hung else ("completed" if summary.completed else "failed")
+        results.append(FaultFigures(fault=-1, kind="none", target="", outcome=outcome, figures=fig, phases={}))
+    results.sort(key=lambda f: f.fault)
+    return results
+
+
+def _one_fault(
+    inj: Event,
+    events: Sequence[Event],
+    window: Sequence[Event],
+    summary: TrialSummary,
+    phases: Sequence[tuple[str, str]],
+    ff_step_s: float,
+    goodput: float,
+    loss_delta: float,
+) -> FaultFigures:
+    t0 = inj["t"]
+    victims = {int(r) for r in inj.get("ranks", [])}
+    fig = dict.fromkeys(FIGURES, NAN)
+    fig["goodput"] = goodput
+    phase_fig = {f"phase_{name}_s": NAN for name in ("detect", *(p for p, _ in phases), "catchup")}
+
+    detects = [e for e in window if e["event"] == "detect" and not _by_victim(e, victims)]
+    pre_steps = [e for e in events if e["event"] == "step_end" and e["t"] < t0]
+    last_gen = max((int(e.get("gen", 0)) for e in pre_steps), default=0)
+    survivors = {int(e["rank"]) for e in pre_steps if int(e.get("gen", 0)) == last_gen} - victims
+    common = dict(fault=int(inj.get("fault", 0)), kind=str(inj.get("kind", "")),
+                  target=",".join(str(r) for r in sorted(victims)))
+
+    if not detects:
+        after = [float(e["step_s"]) for e in window if e["event"] == "step_end"]
+        fig["degraded_step_ratio"] = _ratio(after, ff_step_s)
+        fig["loss_delta"] = loss_delta
+        outcome = "absorbed" if summary.completed else "failed"
+        fig["steps_lost"] = 0.0 if summary.completed else NAN
+        error = "" if summary.completed else "job ended without completing and nothing detected a fault"
+        return _result(summary, outcome, fig, phase_fig, error, common)
+
+    t_detect = min(e["t"] for e in detects)
+    fig["ttd_s"] = phase_fig["phase_detect_s"] = _s(t_detect - t0)
+    firsts: dict[int, int] = {}
+    for e in detects:
+        if e.get("src") == "rank" and int(e["rank"]) in survivors:
+            firsts.setdefault(int(e["rank"]), e["t"])
+    if survivors and set(firsts) == survivors:
+        fig["ttd_all_s"] = _s(max(firsts.values()) - t0)
+
+    committed = max((int(e["step"]) for e in events if e["event"] == "step_end" and e["t"] < t_detect), default=0)
+    reconf = [e for e in window if e["event"] == "reconfigured" and e["t"] >= t_detect]
+    min_gen = min((int(e["gen"]) for e in reconf), default=last_gen)
+    after = [
+        e for e in window
+        if e["event"] == "step_end" and e["t"] > t_detect and int(e.get("gen", 0)) >= min_gen
+    ]
+    good = [e for e in after if int(e["step"]) > committed]
+    if not good:
+        return _result(summary, "failed", fig, phase_fig, "" if reconf else "job stopped at the fault", common)
+
+    first_good = min(good, key=lambda e: e["t"])
+    good_gen, good_step = int(first_good.get("gen", 0)), int(first_good["step"])
+    t_good = max(e["t"] for e in good if int(e.get("gen", 0)) == good_gen and int(e["step"]) == good_step)
+    fig["ttr_s"] = _s(t_good - t_detect)
+    fig["downtime_s"] = fig["ttd_s"] + fig["ttr_s"]
+    resumed = min(int(e["step"]) for e in after)
+    fig["steps_lost"] = float(max(0, committed - resumed + 1))
+    recovered_steps = [float(e["step_s"]) for e in after if e["t"] > t_good]
+    fig["degraded_step_ratio"] = _ratio(recovered_steps, ff_step_s)
+    fig["loss_delta"] = loss_delta
+
+    boundary = t_detect
+    for name, event_name in phases:
+        ts = [e["t"] for e in window if e["event"] == event_name and t_detect <= e["t"] <= t_good]
+        if ts:
+            phase_fig[f"phase_{name}_s"] = _s(max(ts) - boundary)
+            boundary = max(ts)
+    phase_fig["phase_catchup_s"] = _s(t_good - boundary)
+    return _result(summary, "recovered", fig, phase_fig, "", common)
+
+
+def _result(summary: TrialSummary, outcome: str, fig: dict[str, float], phases: dict[str, float], error: str,
+            common: dict[str, Any]) -> FaultFigures:
+    """A trial that reached its deadline is ``hung`` whatever happened before; the
+    figures it did produce (a detection, say) are kept."""
+    if summary.hung:
+        outcome, error = "hung", "trial deadline reached; everything was killed" + (f" ({error})" if error else "")
+    return FaultFigures(outcome=outcome, figures=fig, phases=phases, error=error, **common)
+
+
+def _by_victim(e: Event, victims: set[int]) -> bool:
+    return e.get("src") == "rank" and int(e.get("rank", -1)) in victims
+
+
+def _s(ns: int) -> float:
+    return ns / 1e9
+
+
+def _ratio(samples: Sequence[float], base: float) -> float:
+    if not samples or math.isnan(base) or base <= 0:
+        return NAN
+    return statistics.median(samples) / base
+
+
+def _goodput(summary: TrialSummary, ff_step_s: float) -> float:
+    if summary.train_start_ns is None or summary.train_end_ns is None or math.isnan(ff_step_s):
+        return NAN
+    wall = _s(summary.train_end_ns - summary.train_start_ns)
+    return summary.steps_done * ff_step_s / wall if wall > 0 else NAN
+
+
+def as_row(f: FaultFigures) -> dict[str, Any]:
+    return {"fault_index": f.fault, "fault": f.kind, "target": f.target, **f.figures, **f.phases,
+            "outcome": f.outcome, "error": f.error}

@@ -1,0 +1,92 @@
+"""Process hygiene: every process a trial starts dies with it, and with the harness.
+
+Three mechanisms, each covering what the others cannot:
+
+1. ``PR_SET_PDEATHSIG``: a process started by the harness (or by the forkserver) is sent
+   SIGKILL by the kernel the moment its parent dies, even when the parent was SIGKILLed.
+2. A marker in the environment: every process of a run inherits ``FTBENCH_RUN=<id>``
+   (exec'd programs such as the torchrun agent and its workers keep it), so the run's
+   processes can be found in ``/proc`` even after they were re-parented to init.
+3. The guard (:mod:`bench.guard`), a small process outside the harness' process tree
+   that sweeps the marker when the harness disappears without cleaning up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+MARKER = "FTBENCH_RUN"
+_PR_SET_PDEATHSIG = 1
+
+
+def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies.
+
+    If the parent is already gone (it died between our fork and this call), exit now:
+    the signal would never come.
+    """
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent or parent == 1:
+        os._exit(1)
+
+
+def marked_pids(run_id: str | None = None) -> list[int]:
+    """Processes whose environment at exec carried the ftbench marker (of one run, or any)."""
+    wanted = f"{MARKER}={run_id}".encode() if run_id else f"{MARKER}=".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if (item == wanted) if run_id else item.startswith(wanted):
+                found.append(int(entry.name))
+                break
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def kill_all(pids: Iterable[int], *, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL every pid and wait until none is alive; returns those that outlived the wait.
+
+    SIGKILL also ends stopped (SIGSTOP) processes, so a stalled rank cannot survive it.
+    Zombies are the parents' to reap: they hold no resources but a pid.
+    """
+    pids = [p for p in set(pids) if p != os.getpid()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def sweep(run_id: str, *, keep: Iterable[int] = ()) -> list[int]:
+    """Kill every process of run ``run_id`` except ``keep``; returns pids that survived."""
+    spared = set(keep) | {os.getpid()}
+    return kill_all(p for p in marked_pids(run_id) if p not in spared)

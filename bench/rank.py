@@ -1,0 +1,60 @@
+"""Entry point of every rank process, whatever launched it.
+
+The first event (``proc_start``, with the pid) is written before torch is imported, so
+the harness can target a rank the moment it exists and the import time is visible.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.events import EventWriter
+from bench.procs import set_pdeathsig
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankSpec:
+    """Everything a rank needs, picklable (sent through the forkserver or a JSON file)."""
+
+    rank: int
+    """Stable id (launch rank)."""
+    members: tuple[int, ...]
+    """Ids of the world the rank joins."""
+    store_port: int
+    store_host: str = "127.0.0.1"
+    store_prefix: str = "ftb"
+    events_dir: str
+    entry: str
+    """``module:function(spec, events) -> exit code`` of the strategy's rank loop."""
+    workload: Any
+    """:class:`bench.scenario.WorkloadSpec` of the point."""
+    recovery: Any
+    """:class:`bench.scenario.RecoverySpec` of the point."""
+    backend: str
+    """Resolved backend (``gloo`` or ``nccl``)."""
+    seed: int
+    wait_s: float
+    """Upper bound of any wait of the rank (the trial deadline)."""
+    role: str = "initial"
+
+
+def main(spec: RankSpec) -> None:
+    set_pdeathsig()
+    events = EventWriter(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl",
+                         src="rank", rank=spec.rank, pid=os.getpid())
+    events.emit("proc_start", role=spec.role)
+    code = 3
+    try:
+        module, _, func = spec.entry.partition(":")
+        entry = getattr(__import__(module, fromlist=[func]), func)
+        code = int(entry(spec, events))
+    except BaseException as err:  # the record matters more than the exception type
+        events.emit("crash", error=f"{type(err).__name__}: {err}"[:500], traceback=traceback.format_exc()[-2000:])
+    finally:
+        events.emit("proc_exit", exitcode=code)
+        events.close()
+    os._exit(code)

@@ -1,0 +1,409 @@
+"""Scenario files: TOML in, frozen dataclasses and sweep points out.
+
+A scenario is ``workload x fault(s) x recovery strategy x sweep x gate``. Sweeps and
+``--set`` overrides are applied to the parsed TOML *before* validation, so an override
+is checked exactly like a value written in the file and every error names the dotted
+key it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from bench.config import UNKNOWN_KEY, ConfigError, bounded, build, join, to_dict
+from bench.faults import FAULTS
+from bench.metrics import FIGURES, is_figure
+from bench.registry import Plugin, Registry
+from bench.strategies import STRATEGIES
+from bench.workloads import WORKLOADS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkloadSpec:
+    kind: str = "ddp"
+    """A registered workload (``ftbench list --workloads``)."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """``auto`` picks NCCL when every rank can have its own GPU, else gloo."""
+    world_size: int = bounded(4, ge=2, le=256)
+    """Ranks at the start of a trial."""
+    steps: int = bounded(200, ge=1)
+    """Steps every rank agrees to run (a fixed count: a time limit would make the first
+    rank to finish look like a crash to the others)."""
+    warmup_steps: int = bounded(5, ge=0)
+    """Leading steps left out of the fault-free step-time median."""
+    pg_timeout_s: float = bounded(30.0, gt=0)
+    """Process-group timeout, passed explicitly (gloo's default never fires in practice)."""
+    params: Any = None
+    """The kind's own knobs, written flat in ``[workload]``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TargetSpec:
+    ranks: tuple[int, ...] = ()
+    """Launch ranks to hit (stable ids: rank 2 stays "2" after a shrink renumbers it)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TriggerSpec:
+    at_step: int | None = bounded(None, ge=1)
+    """Fire once any rank has finished this step."""
+    after_s: float | None = bounded(None, ge=0)
+    """Fire this many seconds after the first step of the trial finished."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FaultSpec:
+    kind: str
+    """A registered fault kind (``ftbench list --faults``)."""
+    target: TargetSpec
+    trigger: TriggerSpec
+    params: Any = None
+    """The kind's own knobs, written flat in the fault's table."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoverySpec:
+    strategy: str = "failstop"
+    """A registered strategy (``ftbench list --strategies``)."""
+    params: Any = None
+    """Knobs of the chosen strategy, from ``[recovery.<strategy>]``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MeasureSpec:
+    trials: int = bounded(5, ge=1)
+    """Repetitions of every point."""
+    seed: int = bounded(0, ge=0)
+    """Seeds data and model: the same in every trial of a point, so that trials differ
+    only in timing and each can be compared with the fault-free reference."""
+    deadline_s: float = bounded(120.0, gt=0)
+    """Wall-clock limit of one trial; past it everything is killed and the trial is
+    recorded as ``hung``."""
+    reference: bool = False
+    """Run one fault-free trial per point first: ``loss_delta`` needs it, and ``goodput``
+    and ``degraded_step_ratio`` then use its median step time."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchSpec:
+    start_method: Literal["forkserver", "spawn"] = "forkserver"
+    """How the local launcher starts ranks. ``forkserver`` forks them from a process
+    that already imported torch (tens of ms); ``spawn`` starts fresh interpreters and
+    pays the import (seconds) like a cold job would."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SLOSpec:
+    metric: str
+    """A figure (column of trials.csv)."""
+    stat: Literal["median", "mean", "min", "max", "p90", "p95", "p99"] = "median"
+    """Statistic over a point's trials that the bounds apply to."""
+    min: float | None = None
+    """Lower bound (inclusive)."""
+    max: float | None = None
+    """Upper bound (inclusive)."""
+    point: str | None = None
+    """Only points whose label contains this text (default: every point)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateSpec:
+    metric: str = "ttr_s"
+    """Figure compared between baseline and candidate."""
+    factor: float = bounded(1.10, ge=1.0)
+    """Candidate median above factor x baseline median is a regression..."""
+    floor_s: float = bounded(0.01, ge=0)
+    """...if it is also above it by more than this absolute amount..."""
+    alpha: float = bounded(0.05, gt=0, lt=1)
+    """...and a two-sided Mann-Whitney U test gives p below this."""
+    min_trials: int = bounded(7, ge=2)
+    """Fewer trials on either side is "insufficient", which is not a pass."""
+    slo: tuple[SLOSpec, ...] = ()
+    """Absolute service levels, checked on a single run."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    workload: WorkloadSpec
+    faults: tuple[FaultSpec, ...]
+    recovery: RecoverySpec
+    measure: MeasureSpec
+    launch: LaunchSpec
+    gate: GateSpec
+    sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    source: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The parsed TOML with overrides applied, before the sweep: points derive from it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Point:
+    """One cell of a scenario's sweep: a fully resolved configuration."""
+
+    scenario: Scenario
+    values: tuple[tuple[str, Any], ...]
+    """The sweep assignments that made this point (empty without a sweep)."""
+    label: str
+    point_hash: str
+
+
+TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch",
+            "sweep", "gate")
+
+
+def load(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+    """Read and validate a scenario file, applying ``--set`` style overrides."""
+    path = Path(path)
+    file = str(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(file, "", "a readable file", err.strerror) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(file, "", "valid TOML", str(err)) from None
+    raw.setdefault("name", path.stem)
+    return parse(raw, file=file, overrides=overrides)
+
+
+def parse(raw: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+    raw = copy.deepcopy(dict(raw))
+    sweep = _flatten_sweep(raw.pop("sweep", {}), file)
+    for key, value in overrides:
+        _set_path(raw, key, value, file=file, origin="--set")
+        sweep.pop(key, None)  # an explicit value replaces that axis of the sweep
+    scenario = _validate(raw, file)
+    for key, values in sweep.items():
+        for i, value in enumerate(values):
+            trial_raw = copy.deepcopy(raw)
+            _set_path(trial_raw, key, value, file=file, origin=f"sweep.{key}.{i}")
+            _validate(trial_raw, file, context=f"sweep {key} = {value!r}")
+    return replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
+
+
+def points(scenario: Scenario) -> list[Point]:
+    """Expand the sweep (a cartesian product, in file order) into validated points."""
+    keys = [k for k, _ in scenario.sweep]
+    result = []
+    for combo in itertools.product(*(v for _, v in scenario.sweep)):
+        raw = copy.deepcopy(dict(scenario.raw))
+        for key, value in zip(keys, combo):
+            _set_path(raw, key, value, file=scenario.source, origin=key)
+        resolved = replace(_validate(raw, scenario.source), sweep=scenario.sweep, raw=raw)
+        values = tuple(zip(keys, combo))
+        result.append(
+            Point(scenario=resolved, values=values, label=_label(scenario.name, values),
+                  point_hash=point_hash(resolved))
+        )
+    return result
+
+
+def identity(scenario: Scenario) -> dict[str, Any]:
+    """What makes two points the same measurement: not the name, trial count or gate."""
+    return {
+        "workload": to_dict(scenario.workload),
+        "faults": to_dict(scenario.faults),
+        "recovery": to_dict(scenario.recovery),
+        "launch": to_dict(scenario.launch),
+        "seed": scenario.measure.seed,
+    }
+
+
+def point_hash(scenario: Scenario) -> str:
+    canonical = json.dumps(identity(scenario), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` from the command line; the value is read as TOML, else as a string."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError("--set", text, "KEY=VALUE")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key, parsed
+
+
+# --- validation -------------------------------------------------------------------------
+
+
+def _validate(raw: Mapping[str, Any], file: str, context: str = "") -> Scenario:
+    try:
+        return _validate_inner(raw, file)
+    except ConfigError as err:
+        if context:
+            raise ConfigError(err.file, err.key, f"{err.expected} (with {context})", err.got) from None
+        raise
+
+
+def _validate_inner(raw: Mapping[str, Any], file: str) -> Scenario:
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise ConfigError(file, key, f"one of {', '.join(TOP_KEYS)}", UNKNOWN_KEY)
+    name = raw.get("name", "")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(file, "name", "a non-empty string", name)
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(file, "description", "a string", description)
+
+    workload = _tagged(WorkloadSpec, raw.get("workload", {}), WORKLOADS, file, "workload", default_kind="ddp")
+    faults_raw = raw.get("faults", [])
+    if not isinstance(faults_raw, list):
+        raise ConfigError(file, "faults", "an array of tables ([[faults]])", faults_raw)
+    faults = tuple(
+        _tagged(FaultSpec, f, FAULTS, file, f"faults.{i}") for i, f in enumerate(faults_raw)
+    )
+    recovery = _recovery(raw.get("recovery", {}), file)
+    measure = build(MeasureSpec, raw.get("measure", {}), file=file, prefix="measure")
+    launch = build(LaunchSpec, raw.get("launch", {}), file=file, prefix="launch")
+    gate = build(GateSpec, raw.get("gate", {}), file=file, prefix="gate")
+
+    scenario = Scenario(
+        name=name, description=description, workload=workload, faults=faults,
+        recovery=recovery, measure=measure, launch=launch, gate=gate, source=file, raw=raw,
+    )
+    _cross_check(scenario, file)
+    return scenario
+
+
+def _tagged(cls: type, data: Any, registry: Registry[Plugin], file: str, prefix: str,
+            default_kind: str | None = None) -> Any:
+    """A spec whose extra keys are the knobs of the plug-in named by its ``kind``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(file, prefix, "a table", data)
+    kind = data.get("kind", default_kind)
+    if kind is None:
+        raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()} (this key is required)")
+    if kind not in registry:
+        raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()}", kind)
+    plugin = registry[kind]
+    common = {f for f in cls.__dataclass_fields__ if f != "params"}  # type: ignore[attr-defined]
+    allowed = common | set(plugin.params.__dataclass_fields__)
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(file, join(prefix, key), f"one of {', '.join(sorted(allowed))} (for kind {kind!r})",
+                              UNKNOWN_KEY)
+    own = {k: v for k, v in data.items() if k not in common}
+    params = build(plugin.params, own, file=file, prefix=prefix)
+    base = build(cls, {k: v for k, v in data.items() if k in common}, file=file, prefix=prefix)
+    return replace(base, kind=kind, params=params)
+
+
+def _recovery(data: Any, file: str) -> RecoverySpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError(file, "recovery", "a table", data)
+    strategy = data.get("strategy", "failstop")
+    if strategy not in STRATEGIES:
+        raise ConfigError(file, "recovery.strategy", f"one of {STRATEGIES.choices()}", strategy)
+    chosen = None
+    for key, value in data.items():
+        if key == "strategy":
+            continue
+        if key not in STRATEGIES:
+            raise ConfigError(
+                file, f"recovery.{key}",
+                f"'strategy' or a table named after a strategy ({STRATEGIES.choices()})", UNKNOWN_KEY,
+            )
+        params = build(STRATEGIES[key].params, value, file=file, prefix=f"recovery.{key}")
+        if key == strategy:
+            chosen = params
+    if chosen is None:
+        chosen = STRATEGIES[strategy].params()
+    return RecoverySpec(strategy=strategy, params=chosen)
+
+
+def _cross_check(s: Scenario, file: str) -> None:
+    w = s.workload
+    if w.warmup_steps >= w.steps:
+        raise ConfigError(file, "workload.warmup_steps", f"fewer than workload.steps ({w.steps})", w.warmup_steps)
+    for i, f in enumerate(s.faults):
+        where = f"faults.{i}"
+        if not f.target.ranks:
+            raise ConfigError(file, f"{where}.target", "a target such as { ranks = [1] }", to_dict(f.target))
+        for j, r in enumerate(f.target.ranks):
+            if not 0 <= r < w.world_size:
+                raise ConfigError(file, f"{where}.target.ranks.{j}", f"a rank below world_size ({w.world_size})", r)
+        if len(set(f.target.ranks)) != len(f.target.ranks):
+            raise ConfigError(file, f"{where}.target.ranks", "distinct ranks", list(f.target.ranks))
+        if len(f.target.ranks) >= w.world_size:
+            raise ConfigError(file, f"{where}.target.ranks", "fewer ranks than world_size (someone must survive)",
+                              list(f.target.ranks))
+        set_triggers = [k for k in ("at_step", "after_s") if getattr(f.trigger, k) is not None]
+        if len(set_triggers) != 1:
+            raise ConfigError(file, f"{where}.trigger", "exactly one of at_step, after_s", to_dict(f.trigger))
+        if f.trigger.at_step is not None and f.trigger.at_step >= w.steps:
+            raise ConfigError(file, f"{where}.trigger.at_step", f"a step below workload.steps ({w.steps})",
+                              f.trigger.at_step)
+    if not is_figure(s.gate.metric):
+        raise ConfigError(file, "gate.metric", f"a figure ({', '.join(FIGURES)})", s.gate.metric)
+    for i, slo in enumerate(s.gate.slo):
+        if not is_figure(slo.metric):
+            raise ConfigError(file, f"gate.slo.{i}.metric", f"a figure ({', '.join(FIGURES)})", slo.metric)
+        if slo.min is None and slo.max is None:
+            raise ConfigError(file, f"gate.slo.{i}", "min, max or both", to_dict(slo))
+
+
+# --- dotted paths -------------------------------------------------------------------------
+
+
+def _flatten_sweep(sweep: Any, file: str, prefix: str = "") -> dict[str, list[Any]]:
+    """``[sweep]`` keys may be quoted (``"a.b" = [...]``) or nested tables; both flatten."""
+    if not isinstance(sweep, Mapping):
+        raise ConfigError(file, prefix or "sweep", "a table of KEY = [values]", sweep)
+    flat: dict[str, list[Any]] = {}
+    for key, value in sweep.items():
+        full = join(prefix, key)
+        if isinstance(value, Mapping):
+            flat.update(_flatten_sweep(value, file, full))
+        elif isinstance(value, list) and value:
+            flat[full] = value
+        else:
+            raise ConfigError(file, f"sweep.{full}", "a non-empty list of values", value)
+    return flat
+
+
+def _set_path(raw: dict[str, Any], key: str, value: Any, *, file: str, origin: str) -> None:
+    parts = key.split(".")
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        here = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(file, origin, f"'{here}' to index an existing entry (0..{len(node) - 1})", key)
+            index = int(part)
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, [] if part == "faults" else {})
+        else:
+            raise ConfigError(file, origin, f"'{'.'.join(parts[:depth])}' to be a table", key)
+
+
+def _label(name: str, values: Sequence[tuple[str, Any]]) -> str:
+    """Short readable point label: the last part of each swept key, unless ambiguous."""
+    if not values:
+        return name
+    tails = [k.split(".")[-1] for k, _ in values]
+    names = tails if len(set(tails)) == len(tails) else [k for k, _ in values]
+    return " ".join(f"{n}={v}" for n, (_, v) in zip(names, values))

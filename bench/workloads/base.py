@@ -1,0 +1,45 @@
+"""The rank-side workload contract.
+
+A workload owns its model and data, not the process group: the strategy forms groups
+and hands the workload a :class:`bench.comm.Comm` for each generation through
+:meth:`Workload.attach`. It must be deterministic from ``seed`` and the step number,
+whatever the current world size, so that a recovered run can be compared with the
+fault-free reference of the same seed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+
+from bench.comm import Comm
+
+
+class Workload(ABC):
+    def __init__(self, params: Any, *, seed: int, world_size: int, device: torch.device) -> None:
+        self.params = params
+        self.seed = seed
+        self.world_size = world_size
+        """World size at launch: it fixes the global batch for the whole trial."""
+        self.device = device
+
+    @abstractmethod
+    def attach(self, comm: Comm) -> None:
+        """Bind to a (new) process-group generation; called before the first step and
+        after every reconfiguration, once the state is consistent across the group."""
+
+    @abstractmethod
+    def step(self, step: int) -> dict[str, Any]:
+        """Run step ``step`` (1-based); return extra ``step_end`` fields.
+
+        Raises :class:`bench.comm.CollectiveError` when a collective fails.
+        """
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a peer needs to continue from this rank's state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Adopt a peer's state (restore from peer or from a checkpoint)."""
