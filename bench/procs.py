@@ -38,10 +38,10 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
-def marked_pids(run_id: str | None = None) -> list[int]:
-    """Processes whose environment at exec carried the ftbench marker (of one run, or any)."""
-    wanted = f"{MARKER}={run_id}".encode() if run_id else f"{MARKER}=".encode()
-    found = []
+def marked() -> dict[int, str]:
+    """pid -> run id of every process whose environment at exec carried the marker."""
+    prefix = f"{MARKER}=".encode()
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -50,10 +50,15 @@ def marked_pids(run_id: str | None = None) -> list[int]:
         except OSError:
             continue
         for item in env.split(b"\0"):
-            if (item == wanted) if run_id else item.startswith(wanted):
-                found.append(int(entry.name))
+            if item.startswith(prefix):
+                found[int(entry.name)] = item[len(prefix):].decode(errors="replace")
                 break
     return found
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """Live processes of one run."""
+    return [pid for pid, run in marked().items() if run == run_id and alive(pid)]
 
 
 def alive(pid: int) -> bool:

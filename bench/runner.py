@@ -8,6 +8,7 @@ SIGTERM) ends the current trial cleanly, keeps the finished ones and marks the r
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +44,9 @@ class RunReport:
 
 
 def run(scenario: Scenario, *, out: str | Path = "results", trials: int | None = None,
-        resume: RunDir | None = None, progress: Progress = _stderr, argv: list[str] | None = None) -> RunReport:
+        resume: RunDir | None = None, progress: Progress = _stderr, argv: list[str] | None = None,
+        host: ProcessHost | None = None) -> RunReport:
+    """Run the scenario; ``host`` lets several runs share one forkserver (tests do)."""
     if trials is not None:
         scenario = replace(scenario, measure=replace(scenario.measure, trials=trials))
     pts = points(scenario)
@@ -59,7 +62,7 @@ def run(scenario: Scenario, *, out: str | Path = "results", trials: int | None =
     status = "interrupted"
     progress(f"ftbench: {scenario.name}: {len(pts)} point(s) x {n} trial(s) -> {rundir.path}")
     try:
-        with ProcessHost() as host:
+        with contextlib.nullcontext(host) if host else ProcessHost() as host:
             info.setdefault("versions", env.versions())
             info.setdefault("machine", env.machine())
             for point in pts:

@@ -21,6 +21,7 @@ from bench.metrics import FaultFigures, fault_figures, summarize, TrialSummary
 from bench.scenario import FaultSpec
 from bench.strategies import STRATEGIES
 from bench.strategies.base import Job, TrialContext
+from injectors.base import Target
 
 TICK_S = 0.005
 """Monitor period: bounds the lag of a trigger and of an undo, not any figure (figures
@@ -147,7 +148,7 @@ def _inject(fault: ArmedFault, state: TrialState, harness: EventWriter) -> None:
     ranks = fault.spec.target.ranks
     pids = state.live_pids(ranks)
     t = time.monotonic_ns()
-    detail = fault.injector.inject(pids)
+    detail = fault.injector.inject(Target(ranks=ranks, pids=pids))
     t_sent = time.monotonic_ns()
     fault.fired_t = t
     if getattr(fault.injector, "duration_s", None) is None:

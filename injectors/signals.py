@@ -11,6 +11,8 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
+from injectors.base import Target
+
 
 def _send(pids: Sequence[int], sig: int) -> list[int]:
     """Signal each pid; returns the pids that were still there to receive it."""
@@ -24,17 +26,20 @@ def _send(pids: Sequence[int], sig: int) -> list[int]:
     return hit
 
 
+_SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGSEGV": signal.SIGSEGV}
+
+
 class Kill:
     """One-shot: the process ends by the signal's default action."""
 
     duration_s: float | None = None
 
-    def __init__(self, *, signal: str = "SIGKILL") -> None:
+    def __init__(self, *, signal: str = "SIGKILL") -> None:  # noqa: A002 (the scenario's key)
         self.signal = signal
-        self._sig = getattr(__import__("signal"), signal)
+        self._sig = _SIGNALS[signal]
 
-    def inject(self, pids: Sequence[int]) -> dict[str, Any]:
-        return {"signal": self.signal, "signalled": _send(pids, self._sig)}
+    def inject(self, target: Target) -> dict[str, Any]:
+        return {"signal": self.signal, "signalled": _send(target.pids, self._sig)}
 
     def undo(self) -> None:
         """Nothing to revert: a dead process stays dead."""
@@ -47,8 +52,8 @@ class Stall:
         self.duration_s = duration_s
         self._stopped: list[int] = []
 
-    def inject(self, pids: Sequence[int]) -> dict[str, Any]:
-        self._stopped = _send(pids, signal.SIGSTOP)
+    def inject(self, target: Target) -> dict[str, Any]:
+        self._stopped = _send(target.pids, signal.SIGSTOP)
         return {"signal": "SIGSTOP", "signalled": list(self._stopped), "duration_s": self.duration_s}
 
     def undo(self) -> None:

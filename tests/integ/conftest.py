@@ -1,0 +1,43 @@
+"""Integration tests: real processes, real process groups, real signals.
+
+One :class:`ProcessHost` (guard + forkserver) serves the whole session, as it serves a
+whole ``ftbench run``; every test checks that its trials left no process behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.launch import ProcessHost
+from bench.procs import marked_pids
+from bench.runner import RunReport, run
+from bench.scenario import load
+
+
+@pytest.fixture(scope="session")
+def host() -> Iterator[ProcessHost]:
+    with ProcessHost() as h:
+        yield h
+    assert marked_pids(h.run_id) == [], "processes of the run outlived ProcessHost.close()"
+
+
+@pytest.fixture
+def run_scenario(host: ProcessHost, tmp_path: Path, write_scenario) -> Callable[..., RunReport]:
+    """Run a scenario text for real; assert that only the run's infrastructure survives it."""
+
+    def go(text: str, **kw: Any) -> RunReport:
+        report = run(load(write_scenario(text)), out=tmp_path / "results", host=host, progress=lambda _: None,
+                     **kw)
+        leftovers = set(marked_pids(host.run_id)) - host.infrastructure()
+        assert not leftovers, f"processes left after the run: {sorted(leftovers)}"
+        return report
+
+    return go
+
+
+def rows(report: RunReport) -> list[dict[str, Any]]:
+    return [r for r in report.rundir.rows() if not r["reference"]]

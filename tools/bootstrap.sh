@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Set up ./.venv for ftbench on a fresh machine; idempotent and quick when nothing changed.
+#
+#   tools/bootstrap.sh          runtime (ftbench, torch, torchft)
+#   tools/bootstrap.sh --test   also pytest & co, and (as root) the system tools the tests use
+#
+# torch: one the base Python already has is kept (the venv sees it); otherwise the CUDA
+# build where a GPU is visible, else the CPU build FTBENCH_TORCH (default torch==2.13.0,
+# which this project's machines hold on local disk).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${FTBENCH_VENV:-.venv}
+MODE=${1:-}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  if "$PY" -c "import torch" >/dev/null 2>&1; then
+    echo "bootstrap: keeping $("$PY" -c 'import torch; print("torch", torch.__version__)') of $PY"
+    "$PY" -m venv --system-site-packages "$VENV"
+  else
+    "$PY" -m venv "$VENV"
+  fi
+fi
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+
+if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "bootstrap: GPU found, installing torch (CUDA build)"
+    pip install torch
+  else
+    echo "bootstrap: no GPU, installing ${FTBENCH_TORCH:-torch==2.13.0} (CPU build where available)"
+    pip install "${FTBENCH_TORCH:-torch==2.13.0}"
+  fi
+fi
+
+extras=torchft
+[ "$MODE" = "--test" ] && extras=torchft,test
+stamp="$VENV/.ftbench-$extras-$(cat pyproject.toml tools/bootstrap.sh | sha256sum | cut -c1-16)"
+if [ ! -e "$stamp" ]; then
+  pip install -e ".[$extras]"
+  rm -f "$VENV"/.ftbench-* && touch "$stamp"
+fi
+
+if [ "$MODE" = "--test" ]; then
+  # Link-fault tests need network namespaces and a firewall; they skip (saying why)
+  # where these cannot be had, e.g. without root.
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    need=()
+    command -v ip >/dev/null 2>&1 || need+=(iproute2)
+    command -v iptables >/dev/null 2>&1 || need+=(iptables)
+    if [ ${#need[@]} -gt 0 ]; then
+      echo "bootstrap: installing ${need[*]}"
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+  fi
+fi
