@@ -23,6 +23,15 @@ Definitions (DESIGN.md "Trial lifecycle and the figures"), per fault:
 - ``loss_delta``: final loss minus the fault-free reference's final loss (same point,
   same seed), when a reference was run.
 
+Beyond DESIGN.md's table:
+
+- ``ttfs_s``: time to full strength: end of the first step of a post-fault world that
+  is as large as the world before the fault, minus ``inject`` (a replacement joined).
+- ``steps_discarded``: iterations a surviving process computed and threw away
+  (``discard`` events: TorchFT's uncommitted steps), the most of any process.
+- ``restore_s`` / ``restore_bytes``: the longest state transfer of the recovery
+  (``restore_start`` -> ``restore_end`` in one process) and its size.
+
 A figure that does not exist for an outcome is NaN, never 0.
 """
 
@@ -47,6 +56,10 @@ FIGURES: tuple[str, ...] = (
     "goodput",
     "degraded_step_ratio",
     "loss_delta",
+    "ttfs_s",
+    "steps_discarded",
+    "restore_s",
+    "restore_bytes",
 )
 #: Outcomes of DESIGN.md, plus ``not_injected`` (the trigger was never reached) and
 #: ``completed`` (a trial of a scenario without faults that ran to its end).
@@ -84,6 +97,9 @@ class TrialSummary:
     ff_step_s: float
     train_start_ns: int | None
     train_end_ns: int | None
+    checkpoint_s: float = NAN
+    """Seconds spent writing checkpoints in the trial (their cost), NaN without any."""
+    checkpoint_bytes: float = NAN
 
 
 @dataclass(slots=True)
@@ -131,7 +147,10 @@ def summarize(events: Sequence[Event], *, steps: int, warmup_steps: int) -> Tria
     starts = [e["t"] - int(float(e["step_s"]) * 1e9) for e in step_events if int(e["step"]) == 1]
     rank_ends = [e["t"] for e in events if e.get("src") == "rank"]
     hung = any(e["event"] == "trial_end" and e.get("outcome") == "hung" for e in events)
+    saves = [e for e in events if e["event"] == "checkpoint"]
     return TrialSummary(
+        checkpoint_s=sum(float(e["save_s"]) for e in saves) if saves else NAN,
+        checkpoint_bytes=float(saves[-1]["bytes"]) if saves else NAN,
         steps_done=len(done),
         completed=steps in done and any(e["event"] == "train_end" for e in events),
         hung=hung,
@@ -245,6 +264,24 @@ def _one_fault(
     t_good = max(e["t"] for e in good if int(e.get("gen", 0)) == good_gen and int(e["step"]) == good_step)
     fig["ttr_s"] = _s(t_good - t_detect)
     fig["downtime_s"] = fig["ttd_s"] + fig["ttr_s"]
+    pre_size = max((int(e.get("world_size", 0)) for e in pre_steps if int(e.get("gen", 0)) == last_gen), default=0)
+    full = [e for e in after if int(e.get("world_size", 0)) >= pre_size > 0 and int(e.get("gen", 0)) > last_gen]
+    if full:
+        first_full = min(full, key=lambda e: e["t"])
+        key = (int(first_full.get("gen", 0)), int(first_full["step"]))
+        fig["ttfs_s"] = _s(max(e["t"] for e in full if (int(e.get("gen", 0)), int(e["step"])) == key) - t0)
+    discards: dict[Any, int] = {}
+    for e in window:
+        if e["event"] == "discard" and not _by_victim(e, victims):
+            discards[e.get("pid")] = discards.get(e.get("pid"), 0) + 1
+    fig["steps_discarded"] = float(max(discards.values(), default=0))
+    starts = {e.get("pid"): e["t"] for e in window if e["event"] == "restore_start"}
+    transfers = [(e["t"] - starts[e.get("pid")], e.get("bytes")) for e in window
+                 if e["event"] == "restore_end" and e.get("pid") in starts]
+    if transfers:
+        longest = max(transfers, key=lambda x: x[0])
+        fig["restore_s"] = _s(longest[0])
+        fig["restore_bytes"] = float(longest[1]) if longest[1] is not None else NAN
     resumed = min(int(e["step"]) for e in after)
     fig["steps_lost"] = float(max(0, committed - resumed + 1))
     recovered_steps = [float(e["step_s"]) for e in after if e["t"] > t_good]
@@ -252,8 +289,10 @@ def _one_fault(
     fig["loss_delta"] = loss_delta
 
     boundary = t_detect
-    for name, event_name in phases:
-        ts = [e["t"] for e in window if e["event"] == event_name and t_detect <= e["t"] <= t_good]
+    for name, spec in phases:
+        event_name, _, src = spec.partition("@")  # "event" or "event@src"
+        ts = [e["t"] for e in window if e["event"] == event_name and (not src or e.get("src") == src)
+              and t_detect <= e["t"] <= t_good]
         if ts:
             phase_fig[f"phase_{name}_s"] = _s(max(ts) - boundary)
             boundary = max(ts)

@@ -7,8 +7,10 @@ the harness can target a rank the moment it exists and the import time is visibl
 from __future__ import annotations
 
 import os
+import pickle
+import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,8 @@ class RankSpec:
     """Stable id (launch rank)."""
     members: tuple[int, ...]
     """Ids of the world the rank joins."""
-    store_port: int
+    store_port: int = 0
+    """The launcher's store (0: the world comes from torchrun's ``env://``)."""
     store_host: str = "127.0.0.1"
     store_prefix: str = "ftb"
     events_dir: str
@@ -40,10 +43,16 @@ class RankSpec:
     wait_s: float
     """Upper bound of any wait of the rank (the trial deadline)."""
     role: str = "initial"
+    checkpoint_dir: str = ""
+    """Where ``restart`` keeps its checkpoint (the trial's directory)."""
+    pdeathsig: bool = True
+    """Die with the parent. Off for torchrun's workers: whether they outlive a dead agent
+    is part of the behaviour under test (the guard still sweeps them)."""
 
 
 def main(spec: RankSpec) -> None:
-    set_pdeathsig()
+    if spec.pdeathsig:
+        set_pdeathsig()
     events = EventWriter(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl",
                          src="rank", rank=spec.rank, pid=os.getpid())
     events.emit("proc_start", role=spec.role)
@@ -51,6 +60,7 @@ def main(spec: RankSpec) -> None:
     try:
         module, _, func = spec.entry.partition(":")
         entry = getattr(__import__(module, fromlist=[func]), func)
+        events.emit("import_done")
         code = int(entry(spec, events))
     except BaseException as err:  # the record matters more than the exception type
         events.emit("crash", error=f"{type(err).__name__}: {err}"[:500], traceback=traceback.format_exc()[-2000:])
@@ -58,3 +68,11 @@ def main(spec: RankSpec) -> None:
         events.emit("proc_exit", exitcode=code)
         events.close()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    # A worker started by torchrun: ``python -m bench.rank SPEC.pkl``; the rank comes
+    # from torchrun's environment, the rest from the spec the harness wrote.
+    with open(sys.argv[1], "rb") as fh:
+        template: RankSpec = pickle.load(fh)
+    main(replace(template, rank=int(os.environ["RANK"])))

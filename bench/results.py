@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.events import Event
-from bench.metrics import FIGURES, FaultFigures, as_row, world_steps
+from bench.metrics import FIGURES, FaultFigures, TrialSummary, as_row, world_steps
 from bench.scenario import Point
 
 #: Leading columns of trials.csv; figures, phases and the rest follow.
 ID_COLUMNS = ("point_hash", "label", "strategy", "workload", "backend", "world_size", "fault", "fault_index",
               "target", "trial", "seed", "reference")
-TAIL_COLUMNS = ("outcome", "error", "ff_step_s", "steps_done", "trial_wall_s")
+TAIL_COLUMNS = ("outcome", "error", "ff_step_s", "steps_done", "checkpoint_s", "checkpoint_bytes", "trial_wall_s")
 STEP_COLUMNS = ("point_hash", "label", "trial", "reference", "rank", "pid", "gen", "step", "t_s", "step_s",
                 "world_size", "group_rank", "loss", "loss_share", "algbw_gbps", "busbw_gbps")
 
@@ -67,7 +67,7 @@ class RunDir:
         return {(r["point_hash"], int(r["trial"]), bool(r.get("reference"))) for r in self.rows()}
 
     def add_trial(self, point: Point, trial: int, *, reference: bool, backend: str, faults: Sequence[FaultFigures],
-                  ff_step_s: float, steps_done: int, wall_s: float, events: Sequence[Event]) -> list[dict[str, Any]]:
+                  summary: TrialSummary, wall_s: float, events: Sequence[Event]) -> list[dict[str, Any]]:
         s = point.scenario
         rows = []
         for f in faults:
@@ -75,7 +75,9 @@ class RunDir:
                 "point_hash": point.point_hash, "label": point.label, "strategy": s.recovery.strategy,
                 "workload": s.workload.kind, "backend": backend, "world_size": s.workload.world_size,
                 "trial": trial, "seed": s.measure.seed, "reference": reference,
-                **as_row(f), "ff_step_s": ff_step_s, "steps_done": steps_done, "trial_wall_s": wall_s,
+                **as_row(f), "ff_step_s": summary.ff_step_s, "steps_done": summary.steps_done,
+                "checkpoint_s": summary.checkpoint_s, "checkpoint_bytes": summary.checkpoint_bytes,
+                "trial_wall_s": wall_s,
             }
             rows.append(row)
         with open(self.steps_csv, "a", newline="") as fh:

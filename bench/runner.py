@@ -138,8 +138,7 @@ def _record(rundir: RunDir, point: Point, trial: int, backend: str, result: Tria
     if result.outcome == "interrupted":
         return  # a trial cut short is not a measurement; --resume runs it again
     rundir.add_trial(point, trial, reference=reference, backend=backend, faults=result.faults,
-                     ff_step_s=result.summary.ff_step_s, steps_done=result.summary.steps_done,
-                     wall_s=result.wall_s, events=result.events)
+                     summary=result.summary, wall_s=result.wall_s, events=result.events)
 
 
 def _progress_line(counter: int, total: int, point: Point, trial: int, n: int, result: TrialResult) -> str:

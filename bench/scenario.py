@@ -406,4 +406,14 @@ def _label(name: str, values: Sequence[tuple[str, Any]]) -> str:
         return name
     tails = [k.split(".")[-1] for k, _ in values]
     names = tails if len(set(tails)) == len(tails) else [k for k, _ in values]
-    return " ".join(f"{n}={v}" for n, (_, v) in zip(names, values))
+    names = ["fault" if k.startswith("faults.") and k.split(".")[-1].isdigit() else n
+             for n, (k, _) in zip(names, values)]
+    return " ".join(f"{n}={_short(v)}" for n, (_, v) in zip(names, values))
+
+
+def _short(value: Any) -> str:
+    """A swept table (a whole fault, say) shows as ``kind(knob=value, ...)``."""
+    if isinstance(value, Mapping) and "kind" in value:
+        knobs = [f"{k}={v}" for k, v in value.items() if k not in ("kind", "target", "trigger")]
+        return str(value["kind"]) + (f"({','.join(knobs)})" if knobs else "")
+    return str(value)

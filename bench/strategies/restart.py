@@ -1,0 +1,83 @@
+"""``restart``: whole-job restart from the last checkpoint under torchrun's elastic agent.
+
+The trial runs the real ``torch.distributed.run`` (through :mod:`bench.agent`, which only
+adds events) with a c10d rendezvous on loopback and ``--max-restarts``. Workers are fresh
+interpreters started by the agent, so a restart pays the Python and torch import like a
+real job does; each phase of the restart is a figure of its own.
+
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` is set: with the default (the workers reuse the
+agent's rendezvous store) every restart failed here with "Gloo connectFullMesh failed"
+(FACTS.md).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+from bench.rank import RankSpec
+from bench.strategies.base import Job
+
+
+def free_port() -> int:
+    """A free loopback port for the rendezvous (torchrun needs a number up front)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Restart(Job):
+    phases = (
+        ("agent", "detect@agent"),        # the agent's monitor sees the failed worker
+        ("teardown", "teardown_end"),     # surviving workers stopped
+        ("rendezvous", "rendezvous_end"),  # c10d re-rendezvous done
+        ("spawn", "workers_started"),     # new worker processes exist
+        ("import", "import_done"),        # ...and have imported torch and ftbench
+        ("build", "workload_ready"),      # ...and built model and optimizer
+        ("pg", "reconfigured"),           # ...and formed the process group
+        ("restore", "restore_end"),       # ...and loaded the checkpoint
+    )
+
+    def start(self) -> None:
+        ctx = self.ctx
+        s = ctx.point.scenario
+        params = s.recovery.params
+        n = s.workload.world_size
+        spec = RankSpec(rank=-1, members=tuple(range(n)), events_dir=str(ctx.events_dir), entry="bench.train:rank_main",
+                        workload=s.workload, recovery=s.recovery, backend=ctx.backend, seed=ctx.seed,
+                        wait_s=ctx.deadline_s, checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
+                        pdeathsig=False)
+        spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.pkl"
+        spec_path.write_bytes(pickle.dumps(spec))
+        args = [
+            sys.executable, "-m", "bench.agent", str(ctx.events_dir), "--",
+            "--nnodes=1", f"--nproc-per-node={n}", f"--max-restarts={params.max_restarts}",
+            f"--monitor-interval={params.monitor_interval_s}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=ftbench-{ctx.events_dir.name}",
+            "-m", "bench.rank", str(spec_path),
+        ]
+        env = dict(os.environ, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1")
+        self.log = open(ctx.events_dir / "torchrun.log", "wb")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def poll(self, timeout_s: float) -> bool:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.ctx.host.sweep_trial()  # the agent, its workers, and any worker it orphaned
+        if hasattr(self, "proc"):
+            self.proc.wait(timeout=30)
+            self.log.close()
+
+    def versions(self) -> dict[str, Any]:
+        return {"torchrun": torch.__version__, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
