@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
+
+from injectors.rankside import INJECTED_TAG
 
 ABORT_TAG = "ftbench-abort"
 
 #: (message fragment, how) in order; the first match names how a failure was detected.
 _PATTERNS: tuple[tuple[str, str], ...] = (
     (ABORT_TAG, "peer_abort"),
+    (INJECTED_TAG, "injected"),
+    ("process group has not been initialized", "aborted"),
     ("Connection closed by peer", "peer_closed"),
     ("Connection reset by peer", "peer_reset"),
     ("Read error", "peer_reset"),
@@ -63,8 +67,22 @@ class CollectiveError(RuntimeError):
         self.how = how or classify(message)
 
 
-#: Called before each collective with the tensor it will reduce (fault hooks).
-PreHook = Callable[[torch.Tensor], None]
+class CorruptionDetected(CollectiveError):
+    """Replicas that must be identical are not: every rank learns it at once (from a
+    collective), along with a group rank whose state the majority shares."""
+
+    def __init__(self, message: str, *, source: int, bad: list[int]) -> None:
+        super().__init__(message, "checksum")
+        self.source = source
+        self.bad = bad
+
+
+class Hook(Protocol):
+    """Rank-side fault hooks (:mod:`injectors.rankside`) around every collective."""
+
+    def before(self, tensor: torch.Tensor) -> None: ...
+
+    def after(self, tensor: torch.Tensor) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +99,11 @@ class Comm:
     """Collectives of one process-group generation, abortable through the store."""
 
     def __init__(self, *, group_rank: int, group_size: int, backend: str,
-                 watch: Watch | None = None, pre_hooks: Sequence[PreHook] = ()) -> None:
+                 watch: Watch | None = None, hooks: Sequence[Hook] = ()) -> None:
         self.group_rank = group_rank
         self.group_size = group_size
         self.backend = backend
-        self.pre_hooks = list(pre_hooks)
+        self.hooks = list(hooks)
         self._lock = threading.Lock()
         self._pending: set[torch.futures.Future] = set()
         self._aborted: str | None = None
@@ -126,22 +144,24 @@ class Comm:
 
     def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
         out: torch.futures.Future = torch.futures.Future()
-        for hook in self.pre_hooks:
-            hook(tensor)
         with self._lock:
             if self._aborted is not None:
                 out.set_exception(CollectiveError(self._aborted, "peer_abort"))
                 return out
             self._pending.add(out)
         try:
+            for hook in self.hooks:
+                hook.before(tensor)
             work = dist.all_reduce(tensor, async_op=True)
-        except Exception as err:  # gloo may refuse at once if a peer is already gone
+        except Exception as err:  # an injected failure, or gloo refusing: a peer is gone
             self._finish(out, error=err)
             return out
 
         def done(f: torch.futures.Future) -> None:
             try:
                 f.value()
+                for hook in self.hooks:
+                    hook.after(tensor)
             except Exception as err:
                 self._finish(out, error=err)
             else:

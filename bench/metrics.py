@@ -18,10 +18,13 @@ Definitions (DESIGN.md "Trial lifecycle and the figures"), per fault:
 - ``steps_lost``: committed steps that were computed again after recovery.
 - ``goodput``: distinct steps completed x fault-free median step time / training wall
   time (first step start to the end of the job's last rank).
-- ``degraded_step_ratio``: median step time after recovery (or, for a fault nobody
-  detected, after the injection) / fault-free median.
+- ``degraded_step_ratio``: median step time after recovery / fault-free median; for a
+  fault nobody detected, median time of the steps that ran while it lasted (inject to
+  its ``fault_end``) / fault-free median: a straggler's cost.
 - ``loss_delta``: final loss minus the fault-free reference's final loss (same point,
   same seed), when a reference was run.
+- outcome ``corrupted``: nothing detected the fault, the job finished, and its final
+  parameters are wrong: replicas disagree, or they differ from the reference's.
 
 Beyond DESIGN.md's table:
 
@@ -100,6 +103,10 @@ class TrialSummary:
     checkpoint_s: float = NAN
     """Seconds spent writing checkpoints in the trial (their cost), NaN without any."""
     checkpoint_bytes: float = NAN
+    final_digests: frozenset[str] = frozenset()
+    """Parameter digests the ranks reported when they finished (one if replicas agree)."""
+    final_l1: float = NAN
+    """L1 norm of the final parameters (compared with the reference's)."""
 
 
 @dataclass(slots=True)
@@ -148,7 +155,12 @@ def summarize(events: Sequence[Event], *, steps: int, warmup_steps: int) -> Tria
     rank_ends = [e["t"] for e in events if e.get("src") == "rank"]
     hung = any(e["event"] == "trial_end" and e.get("outcome") == "hung" for e in events)
     saves = [e for e in events if e["event"] == "checkpoint"]
+    ends = [e for e in events if e["event"] == "train_end" and e.get("digest")]
+    last_gen = max((int(e.get("gen", 0)) for e in ends), default=0)
+    ends = [e for e in ends if int(e.get("gen", 0)) == last_gen]
     return TrialSummary(
+        final_digests=frozenset(str(e["digest"]) for e in ends),
+        final_l1=float(ends[0]["l1"]) if ends and ends[0].get("l1") is not None else NAN,
         checkpoint_s=sum(float(e["save_s"]) for e in saves) if saves else NAN,
         checkpoint_bytes=float(saves[-1]["bytes"]) if saves else NAN,
         steps_done=len(done),
@@ -168,8 +180,7 @@ def fault_figures(
     steps: int,
     warmup_steps: int,
     phases: Sequence[tuple[str, str]] = DEFAULT_PHASES,
-    reference_final_loss: float = NAN,
-    reference_step_s: float = NAN,
+    reference: TrialSummary | None = None,
 ) -> list[FaultFigures]:
     """One :class:`FaultFigures` per injection, in order.
 
@@ -179,24 +190,30 @@ def fault_figures(
     faults gets one row, fault ``none``, outcome ``completed`` if the job finished.
     """
     summary = summarize(events, steps=steps, warmup_steps=warmup_steps)
-    ff_step_s = reference_step_s if not math.isnan(reference_step_s) else summary.ff_step_s
+    ref_step_s = reference.ff_step_s if reference else NAN
+    ff_step_s = ref_step_s if not math.isnan(ref_step_s) else summary.ff_step_s
     goodput = _goodput(summary, ff_step_s)
-    loss_delta = summary.final_loss - reference_final_loss
+    loss_delta = summary.final_loss - (reference.final_loss if reference else NAN)
+    corrupted = _corruption(summary, reference)
     injects = [e for e in events if e["event"] == "inject"]
     results = []
     for i, inj in enumerate(injects):
         t_next = injects[i + 1]["t"] if i + 1 < len(injects) else None
         window = [e for e in events if e["t"] >= inj["t"] and (t_next is None or e["t"] < t_next)]
         results.append(
-            _one_fault(inj, events, window, summary, phases, ff_step_s, goodput, loss_delta)
+            _one_fault(inj, events, window, summary, phases, ff_step_s, goodput, loss_delta, corrupted)
         )
     fired = {int(e.get("fault", 0)) for e in injects}
+    skipped = {int(e["fault"]): e.get("reason", "") for e in events if e["event"] == "inject_skipped"}
+    armed = {int(e["fault"]) for e in events if e["event"] == "arm"}
     for index, (kind, target) in enumerate(faults):
         if index not in fired:
             fig = dict.fromkeys(FIGURES, NAN)
             outcome = "hung" if summary.hung else "not_injected"
+            why = ("the fault's trigger was never reached" if index not in skipped and index not in armed
+                   else skipped.get(index) or "armed, but the target never reached a collective")
             results.append(FaultFigures(fault=index, kind=kind, target=target, outcome=outcome, figures=fig,
-                                        phases={}, error="the fault's trigger was never reached"))
+                                        phases={}, error=why))
     if not faults:
         fig = dict.fromkeys(FIGURES, NAN)
         fig["goodput"] = goodput
@@ -216,6 +233,7 @@ def _one_fault(
     ff_step_s: float,
     goodput: float,
     loss_delta: float,
+    corrupted: str,
 ) -> FaultFigures:
     t0 = inj["t"]
     victims = {int(r) for r in inj.get("ranks", [])}
@@ -228,15 +246,26 @@ def _one_fault(
     last_gen = max((int(e.get("gen", 0)) for e in pre_steps), default=0)
     survivors = {int(e["rank"]) for e in pre_steps if int(e.get("gen", 0)) == last_gen} - victims
     common = dict(fault=int(inj.get("fault", 0)), kind=str(inj.get("kind", "")),
-                  target=",".join(str(r) for r in sorted(victims)))
+                  target=str(inj["component"]) if inj.get("component") else ",".join(map(str, sorted(victims))))
 
     if not detects:
-        after = [float(e["step_s"]) for e in window if e["event"] == "step_end"]
-        fig["degraded_step_ratio"] = _ratio(after, ff_step_s)
+        # Nothing noticed: how slow were the steps while the fault lasted (until its
+        # fault_end; one-shot faults: until the next fault or the end)?
+        ends = [e["t"] for e in window if e["event"] == "fault_end" and e.get("fault") == inj.get("fault")]
+        t_end = min(ends) if ends else math.inf
+        during = [float(e["step_s"]) for e in window if e["event"] == "step_end"
+                  and e["t"] - float(e["step_s"]) * 1e9 <= t_end]
+        fig["degraded_step_ratio"] = _ratio(during, ff_step_s)
         fig["loss_delta"] = loss_delta
-        outcome = "absorbed" if summary.completed else "failed"
-        fig["steps_lost"] = 0.0 if summary.completed else NAN
-        error = "" if summary.completed else "job ended without completing and nothing detected a fault"
+        # The last fault of a trial is absorbed if the job then finished; an earlier one
+        # if training went on until the next fault came.
+        last = window[-1]["t"] >= events[-1]["t"]
+        went_on = summary.completed if last else any(e["event"] == "step_end" for e in window)
+        outcome = "absorbed" if went_on else "failed"
+        fig["steps_lost"] = 0.0 if went_on else NAN
+        error = "" if went_on else "job ended without completing and nothing detected a fault"
+        if last and summary.completed and corrupted:
+            outcome, error = "corrupted", corrupted
         return _result(summary, outcome, fig, phase_fig, error, common)
 
     t_detect = min(e["t"] for e in detects)
@@ -307,6 +336,25 @@ def _result(summary: TrialSummary, outcome: str, fig: dict[str, float], phases: 
     if summary.hung:
         outcome, error = "hung", "trial deadline reached; everything was killed" + (f" ({error})" if error else "")
     return FaultFigures(outcome=outcome, figures=fig, phases=phases, error=error, **common)
+
+
+#: Relative difference of final parameter L1 norms beyond which a run did not learn
+#: what its fault-free reference learnt. A recovered run differs by float rounding
+#: only (reduction order changes with the world size: ~1e-7 measured); a flipped
+#: exponent bit changes it by orders of magnitude.
+CORRUPTION_RTOL = 1e-4
+
+
+def _corruption(summary: TrialSummary, reference: TrialSummary | None) -> str:
+    """Why the final state is wrong ("" if it is not, or cannot be known)."""
+    if len(summary.final_digests) > 1:
+        return f"replicas diverged: {len(summary.final_digests)} different final parameter digests"
+    ref = reference.final_l1 if reference else NAN
+    if not (math.isnan(ref) or math.isnan(summary.final_l1)):
+        rel = abs(summary.final_l1 - ref) / max(abs(ref), 1e-30)
+        if not rel <= CORRUPTION_RTOL:  # NaN and inf parameters count as corrupted
+            return f"final parameters differ from the fault-free reference (relative L1 difference {rel:.3g})"
+    return ""
 
 
 def _by_victim(e: Event, victims: set[int]) -> bool:

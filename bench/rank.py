@@ -43,6 +43,8 @@ class RankSpec:
     wait_s: float
     """Upper bound of any wait of the rank (the trial deadline)."""
     role: str = "initial"
+    faults: tuple[Any, ...] = ()
+    """The scenario's :class:`bench.faults.FaultSpec` list: rank-side ones get hooks."""
     checkpoint_dir: str = ""
     """Where ``restart`` keeps its checkpoint (the trial's directory)."""
     pdeathsig: bool = True

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.config import UNKNOWN_KEY, ConfigError, bounded, build, join, to_dict
-from bench.faults import FAULTS
+from bench.faults import FAULTS, FaultSpec, check_fault
 from bench.metrics import FIGURES, is_figure
 from bench.registry import Plugin, Registry
 from bench.strategies import STRATEGIES
@@ -43,30 +43,6 @@ class WorkloadSpec:
     """Process-group timeout, passed explicitly (gloo's default never fires in practice)."""
     params: Any = None
     """The kind's own knobs, written flat in ``[workload]``."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TargetSpec:
-    ranks: tuple[int, ...] = ()
-    """Launch ranks to hit (stable ids: rank 2 stays "2" after a shrink renumbers it)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TriggerSpec:
-    at_step: int | None = bounded(None, ge=1)
-    """Fire once any rank has finished this step."""
-    after_s: float | None = bounded(None, ge=0)
-    """Fire this many seconds after the first step of the trial finished."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FaultSpec:
-    kind: str
-    """A registered fault kind (``ftbench list --faults``)."""
-    target: TargetSpec
-    trigger: TriggerSpec
-    params: Any = None
-    """The kind's own knobs, written flat in the fault's table."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,6 +74,9 @@ class LaunchSpec:
     """How the local launcher starts ranks. ``forkserver`` forks them from a process
     that already imported torch (tens of ms); ``spawn`` starts fresh interpreters and
     pays the import (seconds) like a cold job would."""
+    ranks_per_host: int = bounded(1, ge=1)
+    """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
+    at once (node loss), and link faults act on a host's network namespace."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,23 +311,11 @@ def _cross_check(s: Scenario, file: str) -> None:
     if w.warmup_steps >= w.steps:
         raise ConfigError(file, "workload.warmup_steps", f"fewer than workload.steps ({w.steps})", w.warmup_steps)
     for i, f in enumerate(s.faults):
-        where = f"faults.{i}"
-        if not f.target.ranks:
-            raise ConfigError(file, f"{where}.target", "a target such as { ranks = [1] }", to_dict(f.target))
-        for j, r in enumerate(f.target.ranks):
-            if not 0 <= r < w.world_size:
-                raise ConfigError(file, f"{where}.target.ranks.{j}", f"a rank below world_size ({w.world_size})", r)
-        if len(set(f.target.ranks)) != len(f.target.ranks):
-            raise ConfigError(file, f"{where}.target.ranks", "distinct ranks", list(f.target.ranks))
-        if len(f.target.ranks) >= w.world_size:
-            raise ConfigError(file, f"{where}.target.ranks", "fewer ranks than world_size (someone must survive)",
-                              list(f.target.ranks))
-        set_triggers = [k for k in ("at_step", "after_s") if getattr(f.trigger, k) is not None]
-        if len(set_triggers) != 1:
-            raise ConfigError(file, f"{where}.trigger", "exactly one of at_step, after_s", to_dict(f.trigger))
-        if f.trigger.at_step is not None and f.trigger.at_step >= w.steps:
-            raise ConfigError(file, f"{where}.trigger.at_step", f"a step below workload.steps ({w.steps})",
-                              f.trigger.at_step)
+        check_fault(f, world_size=w.world_size, steps=w.steps, ranks_per_host=s.launch.ranks_per_host,
+                    file=file, where=f"faults.{i}")
+    if w.world_size % s.launch.ranks_per_host:
+        raise ConfigError(file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})",
+                          s.launch.ranks_per_host)
     if not is_figure(s.gate.metric):
         raise ConfigError(file, "gate.metric", f"a figure ({', '.join(FIGURES)})", s.gate.metric)
     for i, slo in enumerate(s.gate.slo):

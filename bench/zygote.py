@@ -33,4 +33,9 @@ def _warm() -> None:
 
 _warm()
 
-import bench.strategies.local  # noqa: E402,F401  (rank-side code, so forks need no import)
+import bench.train  # noqa: E402,F401  (rank-side code, so forks need no import)
+
+try:  # the torchft strategy's replicas and lighthouse, when torchft is installed
+    import torchft  # noqa: E402,F401
+except ImportError:
+    pass

@@ -65,6 +65,7 @@ class LocalJob(Job):
             rank=rank, members=self.members if role == "initial" else (), store_port=self.port,
             events_dir=str(ctx.events_dir), entry="bench.train:rank_main", workload=scenario.workload,
             recovery=scenario.recovery, backend=ctx.backend, seed=ctx.seed, wait_s=ctx.deadline_s, role=role,
+            faults=() if ctx.fault_free else scenario.faults,
         )
         self.launcher.start_rank(rank, rank_process_main, spec)
 

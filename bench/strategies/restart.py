@@ -52,7 +52,7 @@ class Restart(Job):
         spec = RankSpec(rank=-1, members=tuple(range(n)), events_dir=str(ctx.events_dir), entry="bench.train:rank_main",
                         workload=s.workload, recovery=s.recovery, backend=ctx.backend, seed=ctx.seed,
                         wait_s=ctx.deadline_s, checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
-                        pdeathsig=False)
+                        pdeathsig=False, faults=() if ctx.fault_free else s.faults)
         spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.pkl"
         spec_path.write_bytes(pickle.dumps(spec))
         args = [

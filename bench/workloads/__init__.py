@@ -38,6 +38,10 @@ class DDPParams:
     """SGD learning rate."""
     momentum: float = bounded(0.9, ge=0, lt=1)
     """SGD momentum (its buffers are optimizer state that recovery has to carry)."""
+    checksum_every: int = bounded(0, ge=0)
+    """Opt-in silent-data-corruption detector: every this many steps the ranks compare
+    their parameters' checksums (one small all_reduce); a disagreement is detected
+    (``how = "checksum"``) and, under reinit, repaired from a majority replica. 0: off."""
 
 
 WORKLOADS.register(

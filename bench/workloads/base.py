@@ -43,3 +43,8 @@ class Workload(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Adopt a peer's state (restore from peer or from a checkpoint)."""
+
+    def checksum(self) -> dict[str, Any]:
+        """``digest`` (bitwise identity) and ``l1`` (magnitude) of the trained state, to
+        tell replicas that diverged or a run that learnt something wrong; {} if none."""
+        return {}

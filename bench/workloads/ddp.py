@@ -10,12 +10,14 @@ a recovered run follows the fault-free reference up to float rounding.
 from __future__ import annotations
 
 import copy
+import hashlib
+from collections import Counter
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from bench.comm import Comm
+from bench.comm import Comm, CorruptionDetected
 from bench.workloads import DDPParams
 from bench.workloads.base import Workload
 
@@ -80,7 +82,33 @@ class DDPWorkload(Workload):
         loss_share = ((self.ddp(x) - y) ** 2).sum() / self.global_batch
         loss_share.backward()
         self.opt.step()
+        every = self.params.checksum_every
+        if every and step % every == 0:
+            self._compare_replicas()
         return {"loss_share": float(loss_share.item())}
+
+    def _compare_replicas(self) -> None:
+        """All-gather (as a sum of one-hot rows) every replica's L1 norm; replicas of DDP
+        are bitwise identical, so any difference is corruption."""
+        assert self.comm is not None
+        norms = torch.zeros(self.comm.group_size, dtype=torch.float64)
+        norms[self.comm.group_rank] = self._l1()
+        self.comm.all_reduce(norms)
+        values = norms.tolist()
+        majority, votes = Counter(values).most_common(1)[0]
+        if votes != len(values):
+            bad = [i for i, v in enumerate(values) if v != majority]
+            raise CorruptionDetected(f"parameter checksums differ: group ranks {bad} disagree with the majority",
+                                     source=values.index(majority), bad=bad)
+
+    def _l1(self) -> float:
+        return float(sum(p.detach().double().abs().sum() for p in self.model.parameters()))
+
+    def checksum(self) -> dict[str, Any]:
+        digest = hashlib.sha1()
+        for p in self.model.parameters():
+            digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+        return {"digest": digest.hexdigest()[:16], "l1": self._l1()}
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "opt": self.opt.state_dict()}

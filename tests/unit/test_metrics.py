@@ -154,7 +154,9 @@ def test_fault_free_trial_and_reference_figures() -> None:
 
 
 def test_loss_delta_and_goodput_against_a_reference() -> None:
-    (f,) = figures(recovered_kill(), reference_final_loss=0.2, reference_step_s=0.005)
+    reference = summarize(steps([0, 1], 1, 20, t0_ms=10, every_ms=5, loss=0.2) + train_end([0, 1], 200, gen=0),
+                          steps=20, warmup_steps=0)
+    (f,) = figures(recovered_kill(), reference=reference)
     assert f.figures["loss_delta"] == pytest.approx(0.25 - 0.2)
     # 20 distinct steps x 5 ms / (first step start 0 ms .. last rank event 240 ms)
     assert f.figures["goodput"] == pytest.approx(20 * 0.005 / 0.240)
