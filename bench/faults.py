@@ -45,8 +45,9 @@ class TargetSpec:
     torchrun's elastic agent."""
 
     def kinds(self) -> list[str]:
-        return [k for k, v in (("ranks", self.ranks), ("one", self.one), ("fraction", self.fraction),
-                               ("host", self.host), ("component", self.component)) if v not in ((), False, None)]
+        set_ = {"ranks": bool(self.ranks), "one": self.one, "fraction": self.fraction is not None,
+                "host": self.host is not None, "component": self.component is not None}
+        return [k for k, v in set_.items() if v]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

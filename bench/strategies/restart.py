@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from bench.procs import marked_pids
 from bench.rank import RankSpec
 from bench.strategies.base import Job
 
@@ -67,11 +68,14 @@ class Restart(Job):
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def poll(self, timeout_s: float) -> bool:
+        """Over when the agent has exited and none of its workers is left: workers
+        outlive a killed agent (FACTS.md), and what they do then is part of the trial."""
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return False
-        return True
+        host = self.ctx.host
+        return not (set(marked_pids(host.run_id)) - host.infrastructure())
 
     def close(self) -> None:
         self.ctx.host.sweep_trial()  # the agent, its workers, and any worker it orphaned
