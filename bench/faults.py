@@ -21,7 +21,8 @@ class FaultKind(Plugin):
     rank_side: str | None = None
     """``module:Class`` of the hook the rank runs, for faults that act inside a rank."""
     family: str = "process"
-    """Taxonomy family (DESIGN.md): process, hang, slow, collective, data, link, control."""
+    """Taxonomy family (DESIGN.md): process, hang, slow, collective, data, link. Control-plane
+faults are process faults aimed at a component (``target = { component = ... }``)."""
 
 
 FAULTS: Registry[FaultKind] = Registry("fault kind")
@@ -153,6 +154,37 @@ class BitFlipParams:
     wrong, so every replica applies the same wrong gradient (a compute error)."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LossParams:
+    percent: float = bounded(gt=0, le=100)
+    """Share of the packets arriving at the target that are dropped."""
+    duration_s: float = bounded(gt=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RateParams:
+    rate_mbit: float = bounded(gt=0)
+    """Bandwidth cap of the target's link, both directions (tbf)."""
+    duration_s: float = bounded(gt=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DelayParams:
+    delay_ms: float = bounded(gt=0)
+    """Added to every packet arriving at the target..."""
+    jitter_ms: float = bounded(0.0, ge=0)
+    """...plus or minus this much (uniform)."""
+    duration_s: float = bounded(gt=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CorruptParams:
+    percent: float = bounded(gt=0, le=100)
+    """Share of the packets arriving at the target whose payload gets a flipped bit,
+    with the TCP checksum recomputed: real silent corruption, not loss."""
+    duration_s: float = bounded(gt=0)
+
+
 def _register(name: str, params: type, impl: str, summary: str, family: str, rank_side: str | None = None) -> None:
     FAULTS.register(FaultKind(name=name, params=params, impl=impl, summary=summary, family=family,
                               rank_side=rank_side))
@@ -174,3 +206,14 @@ _register("abort", NoParams, "injectors.rankside:Arm", "abort the target's proce
           "collective", "injectors.rankside:Abort")
 _register("bitflip", BitFlipParams, "injectors.rankside:Arm", "flip bits of a gradient bucket on the target (SDC)",
           "data", "injectors.rankside:BitFlip")
+
+for _name, _params, _cls, _summary in (
+    ("partition", DurationParams, "Partition", "drop everything to and from the target host (blackhole)"),
+    ("link_down", DurationParams, "LinkDown", "take the target host's link down"),
+    ("tcp_reset", DurationParams, "TcpReset", "answer the target host's incoming TCP with resets"),
+    ("loss", LossParams, "Loss", "drop a share of the packets arriving at the target host"),
+    ("rate_limit", RateParams, "RateLimit", "cap the target host's bandwidth"),
+    ("delay", DelayParams, "Delay", "delay (and jitter) packets arriving at the target host"),
+    ("corrupt", CorruptParams, "Corrupt", "flip payload bits of packets arriving at the target host"),
+):
+    _register(_name, _params, f"injectors.link:{_cls}", _summary, "link")

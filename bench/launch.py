@@ -91,6 +91,11 @@ def store_main(port_file: str, events_dir: str) -> None:
     """Body of the store process: host a c10d TCPStore until killed."""
     set_pdeathsig()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # c10d logs a warning per client it cannot name (clients in network namespaces):
+    # keep the store's own output in the trial directory, off the console.
+    log = os.open(Path(events_dir) / "store.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     import datetime
 
     import torch.distributed as dist

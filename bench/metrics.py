@@ -118,6 +118,8 @@ class FaultFigures:
     figures: dict[str, float]
     phases: dict[str, float]
     error: str = ""
+    mechanism: str = ""
+    """How the fault was carried out (signal, rank-side hook, iptables, tbf, nfqueue...)."""
 
 
 def world_steps(events: Iterable[Event]) -> dict[tuple[int, int], WorldStep]:
@@ -246,7 +248,8 @@ def _one_fault(
     last_gen = max((int(e.get("gen", 0)) for e in pre_steps), default=0)
     survivors = {int(e["rank"]) for e in pre_steps if int(e.get("gen", 0)) == last_gen} - victims
     common = dict(fault=int(inj.get("fault", 0)), kind=str(inj.get("kind", "")),
-                  target=str(inj["component"]) if inj.get("component") else ",".join(map(str, sorted(victims))))
+                  target=str(inj["component"]) if inj.get("component") else ",".join(map(str, sorted(victims))),
+                  mechanism=_mechanism(inj))
 
     if not detects:
         # Nothing noticed: how slow were the steps while the fault lasted (until its
@@ -357,6 +360,15 @@ def _corruption(summary: TrialSummary, reference: TrialSummary | None) -> str:
     return ""
 
 
+def _mechanism(inj: Event) -> str:
+    """What served the fault: the injector's own word for link faults, else how."""
+    if inj.get("mechanism"):
+        return str(inj["mechanism"])
+    if inj.get("src") == "rank":
+        return "rank-side hook"
+    return f"signal {inj['signal']}" if inj.get("signal") else ""
+
+
 def _by_victim(e: Event, victims: set[int]) -> bool:
     return e.get("src") == "rank" and int(e.get("rank", -1)) in victims
 
@@ -379,5 +391,5 @@ def _goodput(summary: TrialSummary, ff_step_s: float) -> float:
 
 
 def as_row(f: FaultFigures) -> dict[str, Any]:
-    return {"fault_index": f.fault, "fault": f.kind, "target": f.target, **f.figures, **f.phases,
-            "outcome": f.outcome, "error": f.error}
+    return {"fault_index": f.fault, "fault": f.kind, "target": f.target, "mechanism": f.mechanism, **f.figures,
+            **f.phases, "outcome": f.outcome, "error": f.error}

@@ -47,6 +47,8 @@ class RankSpec:
     """The scenario's :class:`bench.faults.FaultSpec` list: rank-side ones get hooks."""
     checkpoint_dir: str = ""
     """Where ``restart`` keeps its checkpoint (the trial's directory)."""
+    netns: str = ""
+    """Network namespace of the rank's host (entered before any socket exists)."""
     pdeathsig: bool = True
     """Die with the parent. Off for torchrun's workers: whether they outlive a dead agent
     is part of the behaviour under test (the guard still sweeps them)."""
@@ -55,6 +57,17 @@ class RankSpec:
 def main(spec: RankSpec) -> None:
     if spec.pdeathsig:
         set_pdeathsig()
+    # The rank's own output (c10d and gloo warnings, a crash's traceback) goes to a file
+    # beside its event log, so that the console shows progress only.
+    log = os.open(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.log",
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    if spec.netns:
+        from injectors.netns import enter
+
+        enter(spec.netns)
+        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
     events = EventWriter(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl",
                          src="rank", rank=spec.rank, pid=os.getpid())
     events.emit("proc_start", role=spec.role)

@@ -28,7 +28,7 @@ from bench.scenario import Point
 
 #: Leading columns of trials.csv; figures, phases and the rest follow.
 ID_COLUMNS = ("point_hash", "label", "strategy", "workload", "backend", "world_size", "fault", "fault_index",
-              "target", "trial", "seed", "reference")
+              "target", "mechanism", "trial", "seed", "reference")
 TAIL_COLUMNS = ("outcome", "error", "ff_step_s", "steps_done", "checkpoint_s", "checkpoint_bytes", "trial_wall_s")
 STEP_COLUMNS = ("point_hash", "label", "trial", "reference", "rank", "pid", "gen", "step", "t_s", "step_s",
                 "world_size", "group_rank", "loss", "loss_share", "algbw_gbps", "busbw_gbps")

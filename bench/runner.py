@@ -9,6 +9,7 @@ SIGTERM) ends the current trial cleanly, keeps the finished ones and marks the r
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,10 +23,10 @@ from bench.config import to_dict
 from bench.launch import ProcessHost
 from bench.metrics import TrialSummary
 from bench.results import RunDir
-from bench.scenario import Point, Scenario, identity, parse, points
+from bench.scenario import Point, Scenario, identity, parse, points, uses_namespaces
 from bench.strategies.base import TrialContext
 from bench.summary import point_stats
-from bench.trial import TrialResult, run_trial
+from bench.trial import TrialResult, run_trial, unavailable
 
 Progress = Callable[[str], None]
 
@@ -68,11 +69,15 @@ def run(scenario: Scenario, *, out: str | Path = "results", trials: int | None =
             for point in pts:
                 try:
                     backend = env.resolve_backend(point.scenario.workload.backend, point.scenario.workload.world_size)
+                    why = unavailable(point.scenario)
+                    if why:
+                        raise RuntimeError(why)
                 except RuntimeError as err:
                     skipped[point.label] = str(err)
                     progress(f"  skip {point.label}: {err}")
                     counter += n
                     continue
+                _stage_overhead(point.scenario, info, progress)
                 reference = _reference(point, host, rundir, backend, done, progress)
                 for trial in range(n):
                     counter += 1
@@ -124,6 +129,23 @@ def _reference(point: Point, host: ProcessHost, rundir: RunDir, backend: str,
     if result.outcome == "interrupted":
         raise KeyboardInterrupt
     return result.summary
+
+
+def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress) -> None:
+    """Once per run, if a link fault is served by the userspace NFQUEUE stage: what the
+    stage costs when it delays and corrupts nothing, to report beside those figures."""
+    if "link_stage_overhead" in info or not uses_namespaces(scenario):
+        return
+    from injectors import link, netns, netprobe
+
+    if link.netem_available() or not any(f.kind in ("delay", "corrupt") for f in scenario.faults):
+        return
+    with netns.Topology.create(netns.tag_for(f"probe-{os.getpid()}"), 2,
+                               wire_packets=scenario.launch.wire_packets) as topo:
+        overhead = netprobe.stage_overhead(topo)
+    info["link_stage_overhead"] = overhead
+    progress(f"  NFQUEUE stage (serves delay/corrupt here, no netem): clean {overhead['clean_mbit_s']:.0f} Mbit/s, "
+             f"pass-through {overhead['passthrough_mbit_s']:.0f} Mbit/s ({overhead['slowdown']:.1f}x slower)")
 
 
 def _context(point: Point, trial: int, host: ProcessHost, rundir: RunDir, backend: str, *,

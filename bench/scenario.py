@@ -74,6 +74,15 @@ class LaunchSpec:
     """How the local launcher starts ranks. ``forkserver`` forks them from a process
     that already imported torch (tens of ms); ``spawn`` starts fresh interpreters and
     pays the import (seconds) like a cold job would."""
+    network: Literal["auto", "loopback", "namespaces"] = "auto"
+    """``namespaces``: every host in a network namespace of its own, linked through a
+    bridge (needed by link faults; root only). ``auto``: namespaces when a link fault
+    is in the scenario, else everything on loopback."""
+    wire_packets: bool = False
+    """With namespaces: turn TCP segmentation offload off so that link faults see
+    MTU-sized packets, as on a wire (per-packet loss and corruption then mean what they
+    say), at the price of a slower clean link. Off: 64 KiB super-packets, as with a
+    NIC doing TSO (netem on such a host behaves the same)."""
     ranks_per_host: int = bounded(1, ge=1)
     """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
     at once (node loss), and link faults act on a host's network namespace."""
@@ -313,6 +322,13 @@ def _cross_check(s: Scenario, file: str) -> None:
     for i, f in enumerate(s.faults):
         check_fault(f, world_size=w.world_size, steps=w.steps, ranks_per_host=s.launch.ranks_per_host,
                     file=file, where=f"faults.{i}")
+    links = [i for i, f in enumerate(s.faults) if FAULTS[f.kind].family == "link"]
+    if links and s.launch.network == "loopback":
+        raise ConfigError(file, "launch.network", "'auto' or 'namespaces' (link faults need namespaces)", "loopback")
+    if (links or s.launch.network == "namespaces") and s.recovery.strategy not in ("failstop", "reinit"):
+        raise ConfigError(file, "recovery.strategy",
+                          "'failstop' or 'reinit' with network namespaces (their ranks are started by ftbench's "
+                          "own launcher, which puts each host in its namespace)", s.recovery.strategy)
     if w.world_size % s.launch.ranks_per_host:
         raise ConfigError(file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})",
                           s.launch.ranks_per_host)
@@ -384,3 +400,10 @@ def _short(value: Any) -> str:
         knobs = [f"{k}={v}" for k, v in value.items() if k not in ("kind", "target", "trigger")]
         return str(value["kind"]) + (f"({','.join(knobs)})" if knobs else "")
     return str(value)
+
+
+def uses_namespaces(scenario: Scenario) -> bool:
+    """Whether the trials of ``scenario`` run each host in a network namespace."""
+    network = scenario.launch.network
+    return network == "namespaces" or (
+        network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults))

@@ -157,6 +157,7 @@ class ScheduledFault:
         t_sent = time.monotonic_ns()
         duration = getattr(injector, "duration_s", None)
         self.firings.append(Firing(injector=injector, t=t, undo_at=None if duration is None else t + int(duration * 1e9)))
+        detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
         harness.emit("arm" if self.kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
 
     def _undo(self, firing: Firing, harness: EventWriter) -> None:

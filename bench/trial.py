@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.events import Event, EventTail, EventWriter, read_events
-from bench.faults import FaultSpec
+from bench.faults import FAULTS, FaultSpec
 from bench.metrics import FaultFigures, TrialSummary, fault_figures, summarize
+from bench.scenario import Scenario, uses_namespaces
 from bench.schedule import ScheduledFault, TrialState
 from bench.strategies import STRATEGIES
 from bench.strategies.base import Job, TrialContext
@@ -43,10 +44,17 @@ def run_trial(ctx: TrialContext, *, reference: TrialSummary | None = None) -> Tr
         shutil.rmtree(ctx.events_dir)  # a trial cut short by an interrupt is run again whole
     ctx.events_dir.mkdir(parents=True)
     harness = EventWriter(ctx.events_dir / "harness.jsonl", src="harness")
+    if uses_namespaces(scenario):
+        from injectors import netns
+
+        ctx = replace(ctx, network=netns.Topology.create(
+            netns.tag_for(ctx.host.run_id), scenario.workload.world_size // scenario.launch.ranks_per_host,
+            wire_packets=scenario.launch.wire_packets))
     job: Job = STRATEGIES[scenario.recovery.strategy].load()(ctx)
+    namespaces = {r: ctx.namespace_of(r) for r in range(scenario.workload.world_size)} if ctx.network else {}
     faults = [] if ctx.fault_free else [
         ScheduledFault(i, f, seed=scenario.measure.seed, trial=ctx.trial,
-                       ranks_per_host=scenario.launch.ranks_per_host)
+                       ranks_per_host=scenario.launch.ranks_per_host, namespaces=namespaces)
         for i, f in enumerate(scenario.faults)
     ]
     tail = EventTail(ctx.events_dir)
@@ -74,6 +82,8 @@ def run_trial(ctx: TrialContext, *, reference: TrialSummary | None = None) -> Tr
         for fault in faults:
             fault.undo_all(harness)
         job.close()
+        if ctx.network is not None:
+            ctx.network.destroy()
         harness.emit("trial_end", outcome=outcome)
         harness.close()
     events = read_events(ctx.events_dir)
@@ -99,3 +109,22 @@ def _target_text(f: FaultSpec) -> str:
     if t.component is not None:
         return t.component
     return "one" if t.one else f"fraction{t.fraction:g}"
+
+
+def unavailable(scenario: Scenario) -> str | None:
+    """Why this point cannot run on this machine (no root for namespaces, no NFQUEUE
+    stage...), or None. Checked before its trials, so a point is skipped with a reason
+    instead of failing each trial."""
+    if not uses_namespaces(scenario):
+        return None
+    from injectors import netns
+
+    reason = netns.available()
+    if reason:
+        return f"network namespaces: {reason}"
+    for i, f in enumerate(scenario.faults):
+        if FAULTS[f.kind].family == "link":
+            why = FAULTS[f.kind].load()(**asdict(f.params)).unavailable()
+            if why:
+                return f"faults.{i} ({f.kind}): {why}"
+    return None

@@ -26,6 +26,20 @@ class TrialContext:
     deadline_s: float
     fault_free: bool = False
     """A reference run: same point and seed, no faults injected."""
+    network: Any = None
+    """The trial's :class:`injectors.netns.Topology` when hosts live in network
+    namespaces (link faults), else None (everything on loopback)."""
+
+    def namespace_of(self, rank: int) -> str:
+        """The network namespace of ``rank``'s host ("" on loopback)."""
+        if self.network is None:
+            return ""
+        return self.network.hosts[rank // self.point.scenario.launch.ranks_per_host].namespace
+
+    @property
+    def store_host(self) -> str:
+        """Where ranks reach the launcher's store: the root namespace's bridge address."""
+        return self.network.root_address if self.network is not None else "127.0.0.1"
 
 
 class Job(ABC):

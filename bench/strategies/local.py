@@ -63,6 +63,7 @@ class LocalJob(Job):
         scenario = ctx.point.scenario
         spec = RankSpec(
             rank=rank, members=self.members if role == "initial" else (), store_port=self.port,
+            store_host=ctx.store_host, netns=ctx.namespace_of(rank),
             events_dir=str(ctx.events_dir), entry="bench.train:rank_main", workload=scenario.workload,
             recovery=scenario.recovery, backend=ctx.backend, seed=ctx.seed, wait_s=ctx.deadline_s, role=role,
             faults=() if ctx.fault_free else scenario.faults,
