@@ -136,7 +136,7 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
     """Run every point of SCENARIO and print its figures."""
     from bench.results import RunDir
     from bench.runner import resume_scenario, run as run_scenario
-    from bench.summary import format_point
+    from bench.summary import format_point, format_side_by_side
 
     if resume is not None:
         rundir = RunDir(resume)
@@ -161,11 +161,25 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
     for point_hash, stats in report.stats.items():
         click.echo(format_point(stats, point_hash))
         click.echo("")
+    if len(report.stats) > 1:
+        click.echo(format_side_by_side(report.stats))
+        click.echo("")
     for label, why in report.skipped.items():
         click.echo(f"skipped {label}: {why}")
     click.echo("times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless. "
                "Empty (-) means the figure does not exist for that outcome.")
     click.echo(f"results: {report.rundir.path}")
+
+
+@cli.command()
+def cleanup() -> None:
+    """Remove what killed runs left: processes, network namespaces, firewall rules."""
+    from bench.cleanup import cleanup as clean
+
+    removed = clean()
+    for line in removed:
+        click.echo(f"removed {line}")
+    click.echo(f"cleanup: {len(removed)} item(s) removed" if removed else "cleanup: nothing left behind")
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -177,6 +191,140 @@ def _latest_run(out: Path, name: str, rundir: Any) -> Path:
         return rundir.path
     runs = sorted((out / name).glob("*/run.json"), key=lambda p: p.stat().st_mtime)
     return runs[-1].parent if runs else out / name
+
+
+# --- report, compare, gate, export, baseline ----------------------------------------------
+
+
+def _run(path: str) -> Any:
+    """A results directory, loaded; unreadable files become one-line errors (exit 2)."""
+    from bench.rundata import load as load_run
+
+    try:
+        return load_run(path)
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(path, "", "a readable ftbench results directory", str(err)) from None
+
+
+def _gate_options(fn: F) -> F:
+    """Thresholds of the comparison; each overrides the candidate scenario's [gate] table."""
+    for option in reversed((
+        click.option("--metric", "metrics", multiple=True, metavar="FIGURE",
+                     help="Figure to compare (repeatable). Default: gate.metric for gate, every figure for compare."),
+        click.option("--factor", type=float, help="Median ratio above which a change counts (gate.factor)."),
+        click.option("--floor-s", type=float, help="Absolute difference below which it does not (gate.floor_s)."),
+        click.option("--alpha", type=float, help="Mann-Whitney p threshold (gate.alpha)."),
+        click.option("--min-trials", type=int, help="Values needed on each side (gate.min_trials)."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (default: the run directory itself; required for several runs).")
+@_errors
+def report(run_dirs: tuple[str, ...], out: Path | None) -> None:
+    """Markdown and self-contained HTML report (tables, ECDFs, boxes, phases, timelines,
+    loss curves, environment) of one or more RUN_DIRS."""
+    from bench.report import make_report
+
+    for d in run_dirs:
+        _run(d)
+    files = make_report(list(run_dirs), out)
+    click.echo(f"report: {files.markdown}")
+    click.echo(f"html:   {files.html}")
+    click.echo(f"plots:  {len(files.images)} PNG file(s) in {files.markdown.parent / 'plots'}")
+
+
+@cli.command()
+@click.argument("base")
+@click.argument("cand")
+@_gate_options
+@_errors
+def compare(base: str, cand: str, metrics: tuple[str, ...], factor: float | None, floor_s: float | None,
+            alpha: float | None, min_trials: int | None) -> None:
+    """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark."""
+    from bench import compare as cmp
+
+    b, c = _run(base), _run(cand)
+    opts = cmp.GateOptions.from_spec(c.gate_spec(), metrics=metrics or cmp.default_metrics(b, c), factor=factor,
+                                     floor_s=floor_s, alpha=alpha, min_trials=min_trials)
+    click.echo(f"baseline:  {b.path}\ncandidate: {c.path}")
+    for line in cmp.run_differences(b, c):
+        click.echo(f"  differs: {line}")
+    click.echo(cmp.format_rows(cmp.compare_runs(b, c, opts), opts))
+
+
+@cli.command()
+@click.argument("candidate")
+@click.option("--baseline", help="Run directory, scenario results directory or name under results/baselines/.")
+@_gate_options
+@click.option("--slo/--no-slo", default=True, show_default=True,
+              help="Check the candidate scenario's [[gate.slo]] service levels.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
+@_errors
+def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor: float | None,
+         floor_s: float | None, alpha: float | None, min_trials: int | None, slo: bool, junit: Path | None) -> None:
+    """Gate CANDIDATE against a baseline and/or service levels: exit 0 pass, 1 regression,
+    2 insufficient data or bad input."""
+    from bench import compare as cmp
+
+    c = _run(candidate)
+    b = _run(baseline) if baseline else None
+    spec = c.gate_spec()
+    opts = cmp.GateOptions.from_spec(spec, metrics=metrics, factor=factor, floor_s=floor_s, alpha=alpha,
+                                     min_trials=min_trials)
+    result = cmp.gate(c, opts, base=b, slos=spec.slo if slo else ())
+    click.echo(f"candidate: {c.path}" + (f"\nbaseline:  {b.path}" if b else ""))
+    for line in result.messages:
+        click.echo(f"  differs: {line}")
+    if result.rows:
+        click.echo(cmp.format_rows(result.rows, opts))
+    if result.slo_rows:
+        click.echo("service levels:")
+        click.echo(cmp.format_slos(result.slo_rows))
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(cmp.junit_xml(result))
+    click.echo(cmp.verdict_line(result))
+    sys.exit(result.status)
+
+
+@cli.command()
+@click.argument("run_dir")
+@click.option("--format", "fmt", required=True, metavar="FORMAT",
+              help="pytest-benchmark, github-smaller, github-bigger or bencher.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout).")
+@_errors
+def export(run_dir: str, fmt: str, out: Path | None) -> None:
+    """Write RUN_DIR's figures as pytest-benchmark JSON, github-action-benchmark JSON or Bencher BMF."""
+    from bench import export as exp
+
+    if fmt not in exp.FORMATS:
+        raise ConfigError("--format", "", f"one of {', '.join(exp.FORMATS)}", fmt)
+    text = exp.write(_run(run_dir), fmt, out)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"{fmt}: {out}")
+
+
+@cli.command()
+@click.argument("run_dir")
+@click.option("--name", help="Baseline name (default: the scenario's name).")
+@click.option("--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("results/baselines"),
+              show_default=True, help="Where baselines are kept.")
+@_errors
+def baseline(run_dir: str, name: str | None, root: Path) -> None:
+    """Keep RUN_DIR's run.json and trials as a baseline (for gate --baseline NAME)."""
+    from bench.rundata import save_baseline
+
+    dest = save_baseline(_run(run_dir), name, root)
+    click.echo(f"baseline: {dest}")
 
 
 def main() -> None:

@@ -164,4 +164,5 @@ class ScheduledFault:
         t = time.monotonic_ns()
         firing.injector.undo()
         firing.undo_at = None
-        harness.emit("fault_end", t=t, fault=self.index, kind=self.spec.kind)
+        report = getattr(firing.injector, "report", None)
+        harness.emit("fault_end", t=t, fault=self.index, kind=self.spec.kind, **({"report": report} if report else {}))

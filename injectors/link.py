@@ -89,7 +89,9 @@ class LinkFault:
             raise ValueError(f"{self.kind}: duration_s must be >= 0, got {duration_s}")
         self.duration_s = duration_s
         self.report: dict[str, Any] = {}
-        """Filled by undo(): per namespace, what the mechanism measured (NFQUEUE stage stats)."""
+        """Filled by undo(): per namespace, what the mechanism measured (NFQUEUE stage
+        statistics, packets matched by the fault's firewall rules)."""
+        self._namespaces: list[str] = []
         self._steps: list[tuple[Path, list[list[str]], Callable[[], None] | None]] = []
 
     # -- what a subclass says -------------------------------------------------------
@@ -124,6 +126,7 @@ class LinkFault:
         if self._steps:
             raise RuntimeError(f"{self.kind}: inject() again before undo()")
         self.report = {}
+        self._namespaces = list(target.namespaces)
         try:
             for ns in target.namespaces:
                 self._apply(ns)
@@ -141,7 +144,13 @@ class LinkFault:
 
     def undo(self) -> None:
         """Revert every change, newest first; idempotent. Raises if a revert failed (its
-        record is kept for ``ftbench cleanup``), except where the namespace is gone."""
+        record is kept for ``ftbench cleanup``), except where the namespace is gone.
+
+        Before the rules go, their packet counters are read into :attr:`report`
+        (``matched_packets`` per namespace): the proof that a loss or a partition
+        really dropped traffic, even when nobody noticed."""
+        if self._steps:
+            self._count_matches()
         failed = []
         while self._steps:
             path, commands, hook = self._steps.pop()
@@ -162,6 +171,17 @@ class LinkFault:
                 cleanup.forget(path)
         if failed:
             raise RuntimeError(f"{self.kind}: undo failed: {'; '.join(failed)}")
+
+    def _count_matches(self) -> None:
+        tag = f"{netns.PREFIX}-{self.kind}"
+        for ns in getattr(self, "_namespaces", []):
+            if _gone(["ip", "netns", "exec", ns]):
+                continue
+            saved = sh(["ip", "netns", "exec", ns, "iptables-save", "-c"], check=False).stdout
+            counts = [int(line[1:line.index(":")]) for line in saved.splitlines()
+                      if line.startswith("[") and tag in line]
+            if counts:
+                self.report.setdefault(ns, {})["matched_packets"] = sum(counts)
 
     # -- helpers for subclasses -----------------------------------------------------
     def _change(self, what: str, do: list[str] | None, undo: list[list[str]],

@@ -42,15 +42,21 @@ if [ ! -e "$stamp" ]; then
 fi
 
 if [ "$MODE" = "--test" ]; then
-  # Link-fault tests need network namespaces and a firewall; they skip (saying why)
-  # where these cannot be had, e.g. without root.
+  # Link faults need network namespaces, a firewall and (for delay and corruption where
+  # the kernel has no netem) the NFQUEUE stage; their tests skip, saying why, where
+  # these cannot be had (e.g. without root).
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     need=()
     command -v ip >/dev/null 2>&1 || need+=(iproute2)
     command -v iptables >/dev/null 2>&1 || need+=(iptables)
+    [ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need+=(libnetfilter-queue-dev)
     if [ ${#need[@]} -gt 0 ]; then
       echo "bootstrap: installing ${need[*]}"
-      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null \
+        || echo "bootstrap: could not install ${need[*]}; link-fault tests will say what is missing"
     fi
+  fi
+  if ! "$VENV/bin/python" -c "import netfilterqueue" >/dev/null 2>&1; then
+    pip install -e ".[link]" || echo "bootstrap: netfilterqueue did not build; delay/corrupt link faults will be skipped"
   fi
 fi

@@ -1,0 +1,34 @@
+"""``ftbench report``: Markdown and self-contained HTML with tables and figures.
+
+Matplotlib is forced onto its Agg backend before anything draws: reports are made on CI
+machines and servers without a display.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from bench.report.document import ReportFiles  # noqa: E402
+from bench.rundata import load  # noqa: E402
+
+
+def make_report(run_dirs: list[str | Path], out: str | Path | None = None) -> ReportFiles:
+    """Report on one or several runs. Without ``out`` a single run's report goes into
+    its own directory (``report.md``, ``report.html``, ``plots/``); several runs need
+    ``out``."""
+    from bench.config import ConfigError
+    from bench.report.document import build
+
+    runs = [load(p) for p in run_dirs]
+    if out is None:
+        if len(runs) > 1:
+            raise ConfigError("--out", "", "an output directory when reporting on several runs")
+        out = runs[0].path
+    return build(runs, Path(out))
+
+
+__all__ = ["ReportFiles", "make_report"]

@@ -1,0 +1,165 @@
+"""Assembling a report: figures and tables into ``report.md`` and ``report.html``.
+
+The content is built once as a list of blocks and rendered twice: Markdown with the
+PNGs beside it (for a repository or a CI artefact browser) and one self-contained HTML
+page with the same PNGs embedded as base64 (to attach to an issue or mail around).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report import plots, tables, timeline
+from bench.report.series import Series, build_series, run_tags
+from bench.rundata import Run
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
+table.tbl{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}
+table.tbl th,table.tbl td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
+table.tbl th{background:#f3f3f3} img{max-width:100%;border:1px solid #eee} figcaption{color:#555;font-size:13px}
+code{background:#f5f5f5;padding:0 3px}"""
+
+
+@dataclass
+class Block:
+    kind: str  # "h1" | "h2" | "h3" | "p" | "table" | "img"
+    text: str = ""
+    table: pd.DataFrame | None = None
+    image: Path | None = None
+    alt: str = ""
+
+
+@dataclass
+class Report:
+    blocks: list[Block] = field(default_factory=list)
+    images: list[Path] = field(default_factory=list)
+
+    def add(self, kind: str, text: str = "", **kw: object) -> None:
+        self.blocks.append(Block(kind, text, **kw))  # type: ignore[arg-type]
+
+    def figure(self, path: Path | None, caption: str, alt: str = "figure") -> None:
+        if path is None:
+            self.add("p", f"_{caption}_")
+            return
+        self.images.append(path)
+        self.add("img", caption, image=path, alt=alt)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    images: list[Path]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "point"
+
+
+def build(runs: list[Run], out: Path) -> ReportFiles:
+    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``out``."""
+    series = build_series(runs)
+    plot_dir = out / "plots"
+    rep = Report()
+    names = ", ".join(sorted({r.name for r in runs}))
+    rep.add("h1", f"ftbench report: {names}")
+    tags = run_tags(runs) if len(runs) > 1 else [""]
+    rep.add("p", "Runs: " + "; ".join(f"{f'**{tag}**: ' if tag else ''}`{r.path}` ({r.info.get('status', '?')}, "
+                                      f"{r.info.get('created', '?')})" for r, tag in zip(runs, tags)))
+    rep.add("p", "Cells read `median [95 % CI of the median] (n)`; the interval needs n >= 6 and is left out "
+                 "below that. `-` means no trial has the figure (e.g. `ttr_s` of a job that stopped). "
+                 "Times are differences of CLOCK_MONOTONIC; fault-free reference trials are excluded.")
+    rep.add("h2", "Summary")
+    rep.add("table", table=tables.summary(series))
+    _distributions(rep, series, plot_dir)
+    _phases(rep, series, plot_dir)
+    _timelines(rep, series, plot_dir)
+    rep.add("h2", "Loss against the fault-free reference")
+    path, caption = timeline.loss_curves(series, plot_dir / "loss.png")
+    rep.figure(path, caption, "loss curves")
+    rep.add("h2", "Points")
+    rep.add("table", table=tables.scenario_points(runs))
+    rep.add("h2", "Environment")
+    rep.add("table", table=tables.environment(runs, tags))
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "report.md"
+    md.write_text(render_markdown(rep, out))
+    page = out / "report.html"
+    page.write_text(render_html(rep, f"ftbench report: {names}"))
+    return ReportFiles(markdown=md, html=page, images=rep.images)
+
+
+def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:
+    rep.add("h2", "Distributions")
+    path = plots.ecdf(series, ("ttd_s", "ttr_s"), plot_dir / "ecdf.png")
+    rep.figure(path, "Empirical CDF of time to detect and time to recover per point (log x): the further "
+                     "left and the steeper, the faster and the more predictable." if path else
+               "No trial of any point has ttd_s or ttr_s: nothing was detected, so there is no ECDF.", "ECDF")
+    path = plots.boxes(series, ("ttd_s", "ttr_s", "downtime_s"), plot_dir / "box.png")
+    rep.figure(path, "Box (median, quartiles, whiskers at 1.5 IQR) per point with every trial as a dot."
+               if path else "No latency figure exists in any trial: no box plot.", "box plots")
+
+
+def _phases(rep: Report, series: list[Series], plot_dir: Path) -> None:
+    rep.add("h2", "Phases of recovery")
+    path = plots.phase_bars(series, plot_dir / "phases.png")
+    rep.figure(path, "Median of each phase, stacked in the order they happen (detect, then the strategy's "
+                     "phases, then catch-up). Medians of the parts need not add up to the median downtime (◆)."
+               if path else "No trial has phase figures.", "phase bars")
+    rep.add("table", table=tables.phases(series))
+
+
+def _timelines(rep: Report, series: list[Series], plot_dir: Path) -> None:
+    rep.add("h2", "Step-time timelines")
+    rep.add("p", "One typical trial per point: every rank's step time (log scale) against time since the trial "
+                 "started, the injection as a dashed red line and the phases shaded. The lower panel zooms in "
+                 "on the fault.")
+    for i, s in enumerate(series):
+        rep.add("h3", s.name)
+        path, why = timeline.timeline(s, plot_dir / f"timeline_{i:02d}_{_slug(s.name)}.png")
+        rep.figure(path, why, f"step-time timeline of {s.name}")
+
+
+def render_markdown(rep: Report, out: Path) -> str:
+    parts = []
+    for b in rep.blocks:
+        if b.kind in ("h1", "h2", "h3"):
+            parts.append("#" * int(b.kind[1]) + " " + b.text + "\n")
+        elif b.kind == "p":
+            parts.append(b.text + "\n")
+        elif b.kind == "table" and b.table is not None:
+            parts.append(tables.markdown(b.table))
+        elif b.kind == "img" and b.image is not None:
+            rel = b.image.relative_to(out) if b.image.is_relative_to(out) else b.image
+            parts.append(f"![{b.alt}]({rel.as_posix()})\n\n_{b.text}_\n")
+    return "\n".join(parts)
+
+
+def render_html(rep: Report, title: str) -> str:
+    body = []
+    for b in rep.blocks:
+        if b.kind in ("h1", "h2", "h3"):
+            body.append(f"<{b.kind}>{tables.escape(b.text)}</{b.kind}>")
+        elif b.kind == "p":
+            body.append(f"<p>{_inline(b.text)}</p>")
+        elif b.kind == "table" and b.table is not None:
+            body.append(tables.html_table(b.table))
+        elif b.kind == "img" and b.image is not None:
+            data = base64.b64encode(b.image.read_bytes()).decode()
+            body.append(f'<figure><img alt="{tables.escape(b.alt)}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{tables.escape(b.text)}</figcaption></figure>")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{tables.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _inline(text: str) -> str:
+    """Markdown's `code` and _emphasis_ for the few paragraphs the report writes."""
+    out = tables.escape(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"(?<!\w)_([^_]+)_(?!\w)", r"<em>\1</em>", out)

@@ -1,0 +1,163 @@
+"""The report's tables as pandas frames, and their Markdown and HTML renderings.
+
+Every latency cell reads ``median [low, high] (n)``: the median, the distribution-free
+95 % confidence interval of the median where ``n`` allows one (n >= 6), and the number
+of trials it rests on. A figure no trial has is ``-``, never 0.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+from bench.metrics import FIGURES
+from bench.report.series import Series, phase_name
+from bench.rundata import Run
+from bench.stats import summarize
+
+#: The latencies every report shows, even where no trial has them (then as ``-``).
+LATENCIES = ("ttd_s", "ttd_all_s", "ttr_s", "downtime_s")
+
+
+def seconds(v: float) -> str:
+    if math.isnan(v):
+        return "-"
+    if v == 0:
+        return "0"
+    return f"{v * 1e3:.3g} ms" if abs(v) < 1 else f"{v:.4g} s"
+
+
+def size(v: float) -> str:
+    for unit in ("B", "kB", "MB"):
+        if abs(v) < 1000:
+            return f"{v:.3g} {unit}"
+        v /= 1000
+    return f"{v:.3g} GB"
+
+
+def _cell(values: list[float], unit: str) -> str:
+    s = summarize(values)
+    if s.n == 0:
+        return "-"
+    fmt = {"s": seconds, "bytes": size}.get(unit, lambda v: f"{v:.3g}")
+    ci = f" [{fmt(s.ci.low)}, {fmt(s.ci.high)}]" if s.ci.exists else ""
+    return f"{fmt(s.median)}{ci} (n={s.n})"
+
+
+def summary(series: list[Series]) -> pd.DataFrame:
+    """One row per series: outcomes, then each figure's median, CI and n. The latencies
+    always have a column; other figures only where some trial has them."""
+    shown = [m for m in FIGURES if m in LATENCIES or any(s.values(m) for s in series)]
+    rows = []
+    for s in series:
+        row: dict[str, Any] = {"point": s.name, "strategy": s.strategy,
+                               "trials": int(s.rows()["trial"].nunique()), "outcomes": s.outcomes_text()}
+        for m in shown:
+            row[m] = _cell(s.values(m), _unit(m))
+            if m == "ttr_s":
+                row["p95 ttr_s"] = seconds(summarize(s.values("ttr_s")).p95)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def phases(series: list[Series]) -> pd.DataFrame:
+    """Median (n) of every phase per series, columns in the order the phases happen."""
+    order: list[str] = []
+    for s in series:
+        order += [c for c in s.run.phase_columns() if c not in order]
+    rows = []
+    for s in series:
+        row: dict[str, Any] = {"point": s.name}
+        for c in order:
+            row[phase_name(c)] = _cell(s.values(c), "s")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _unit(metric: str) -> str:
+    return "s" if metric.endswith("_s") else "bytes" if metric.endswith("_bytes") else ""
+
+
+def environment(runs: list[Run], tags: list[str] | None = None) -> pd.DataFrame:
+    """What each run ran on: suite, commit, versions, machine, knobs, clock, command;
+    one column per run, headed by its tag."""
+    keys: list[str] = []
+    table: list[dict[str, str]] = []
+    for run in runs:
+        info = run.info
+        entries: dict[str, str] = {
+            "run": run.tag, "scenario": run.name, "created": str(info.get("created", "")),
+            "status": str(info.get("status", "")), "ftbench commit": str(info.get("commit", "")),
+            "trials per point": str(info.get("trials", "")),
+        }
+        for k, v in (info.get("versions") or {}).items():
+            entries[f"version: {k}"] = "-" if v is None else str(v)
+        for k, v in (info.get("machine") or {}).items():
+            entries[f"machine: {k}"] = _show(v)
+        knobs = info.get("knobs") or {}
+        entries["knobs (environment)"] = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none set"
+        for k, v in (info.get("strategy_versions") or {}).items():
+            entries[f"strategy {k}"] = _show(v)
+        clock = info.get("clock") or {}
+        entries["clock"] = f"{clock.get('implementation', '-')}, resolution {clock.get('resolution_s', '-')} s"
+        entries["command"] = " ".join(map(str, info.get("command") or []))
+        table.append(entries)
+        keys += [k for k in entries if k not in keys]
+    heads = [t or f"run {i + 1}" for i, t in enumerate(tags or [""] * len(runs))] if len(runs) > 1 else ["value"]
+    frame = pd.DataFrame({head: [t.get(k, "-") for k in keys] for head, t in zip(heads, table)}, index=keys)
+    frame.index.name = "item"
+    return frame.reset_index()
+
+
+def scenario_points(runs: list[Run]) -> pd.DataFrame:
+    """Each point's swept values and hash, so a label can be traced to its config."""
+    rows = []
+    for run in runs:
+        for p in run.points():
+            values = ", ".join(f"{k}={v}" for k, v in (p.get("values") or {}).items()) or "(no sweep)"
+            rows.append({"run": run.tag, "point": p["label"], "swept values": values,
+                         "point_hash": p["point_hash"][:12]})
+    return pd.DataFrame(rows)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True) if v else "-"
+    if isinstance(v, int) and not isinstance(v, bool) and v > 1 << 30:
+        return f"{v / (1 << 30):.1f} GiB"
+    return "-" if v is None else str(v)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (pandas' own needs the optional tabulate)."""
+    if df.empty:
+        return "_(no rows)_\n"
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(_md(c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(_md(_text(v)) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def html_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "<p><em>(no rows)</em></p>"
+    return df.to_html(index=False, escape=True, border=0, classes="tbl", na_rep="-")
+
+
+def _text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return str(v)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def escape(text: str) -> str:
+    return html.escape(text)
