@@ -342,10 +342,11 @@ def _result(summary: TrialSummary, outcome: str, fig: dict[str, float], phases: 
 
 
 #: Relative difference of final parameter L1 norms beyond which a run did not learn
-#: what its fault-free reference learnt. A recovered run differs by float rounding
-#: only (reduction order changes with the world size: ~1e-7 measured); a flipped
-#: exponent bit changes it by orders of magnitude.
-CORRUPTION_RTOL = 1e-4
+#: what its fault-free reference learnt. A correct run differs by float rounding only
+#: (the reduction order changes with the world size): ~1e-7 measured after a shrink,
+#: up to 4.5e-5 after ~570 steps of a lone torchft survivor; a flipped exponent bit
+#: changes it by orders of magnitude.
+CORRUPTION_RTOL = 1e-3
 
 
 def _corruption(summary: TrialSummary, reference: TrialSummary | None) -> str:

@@ -322,6 +322,14 @@ def _cross_check(s: Scenario, file: str) -> None:
     for i, f in enumerate(s.faults):
         check_fault(f, world_size=w.world_size, steps=w.steps, ranks_per_host=s.launch.ranks_per_host,
                     file=file, where=f"faults.{i}")
+    if s.recovery.strategy == "torchft":
+        if w.kind != "ddp":
+            raise ConfigError(file, "workload.kind", "'ddp' with strategy torchft (its replicas train through "
+                              "TorchFT's DistributedDataParallel)", w.kind)
+        for i, f in enumerate(s.faults):
+            if FAULTS[f.kind].rank_side:
+                raise ConfigError(file, f"faults.{i}.kind", "a fault that acts from outside the rank with strategy "
+                                  "torchft (its collectives do not pass through ftbench's hooks)", f.kind)
     links = [i for i, f in enumerate(s.faults) if FAULTS[f.kind].family == "link"]
     if links and s.launch.network == "loopback":
         raise ConfigError(file, "launch.network", "'auto' or 'namespaces' (link faults need namespaces)", "loopback")

@@ -115,8 +115,9 @@ def unavailable(scenario: Scenario) -> str | None:
     """Why this point cannot run on this machine (no root for namespaces, no NFQUEUE
     stage...), or None. Checked before its trials, so a point is skipped with a reason
     instead of failing each trial."""
-    if not uses_namespaces(scenario):
-        return None
+    why = STRATEGIES[scenario.recovery.strategy].load().unavailable(scenario)
+    if why or not uses_namespaces(scenario):
+        return why
     from injectors import netns
 
     reason = netns.available()

@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D

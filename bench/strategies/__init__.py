@@ -76,7 +76,8 @@ class TorchFTParams:
     init_sync: bool = False
     """Manager ``init_sync``: heal every replica from one peer at step 0. Off (torchft's
     advice when weights are initialised identically, as the workload's seed does), so
-    that the first step is the same full step as under every other strategy."""
+    that the first step is the same full step as under every other strategy (with it on,
+    TorchFT zeroes the healing replicas' shares of step 1)."""
     restart: bool = True
     """Start a new incarnation of a replica group that died, as TorchFT's punisher does."""
     restart_delay_s: float = bounded(3.0, ge=0)

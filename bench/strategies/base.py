@@ -66,6 +66,12 @@ class Job(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    @classmethod
+    def unavailable(cls, scenario: Any) -> str | None:
+        """Why this strategy cannot run ``scenario`` on this machine (its stack is not
+        installed, say), or None; the runner then skips the point with that reason."""
+        return None
+
     def versions(self) -> dict[str, Any]:
         """Versions of the stack this strategy ran on (beyond torch and the backend)."""
         return {}
