@@ -16,7 +16,8 @@ fault can target it (``proc_start`` with ``src = "lighthouse"`` gives its pid). 
 (Rust ``INFO``: several lines per step) goes to ``lighthouse.log`` in the trial's event
 directory, as each replica's goes to ``replica<r>-<pid>.log`` (all gzipped when the trial
 ends); the quorums it issues are also events (``quorum``: id, participants), stamped
-when the line is read from its stderr pipe.
+when the line is read from its stderr pipe; a quorum that drops a replica is also the
+lighthouse's ``detect`` (``how = "quorum_drop"``).
 
 Phases of a recovery (between the first detection and the survivors' first commit
 without the victim): ``lighthouse`` (until the lighthouse issues the new quorum: the
@@ -154,6 +155,12 @@ def _pipe_stderr(log: Path, events: EventWriter) -> None:
                     # only a change of id or membership is a quorum change.
                     if fields is not None and fields != last:
                         events.emit("quorum", **fields)
+                        dropped = sorted(set(last["participants"]) - set(fields["participants"])) if last else []
+                        if dropped:
+                            # The lighthouse noticed first that a replica stopped
+                            # beating: a stalled replica fails no collective of the
+                            # others, who just wait for the next quorum.
+                            events.emit("detect", how="quorum_drop", dropped=dropped, gen=fields["gen"])
                         last = fields
 
     threading.Thread(target=pump, name="lighthouse-log", daemon=True).start()
