@@ -15,10 +15,19 @@ import pandas as pd
 from bench.metrics import FIGURES
 
 
+#: Trial-level figures summarised beside the per-fault ones (a checkpoint's cost is the
+#: other side of restart's steps_lost).
+TRIAL_FIGURES = ("checkpoint_s",)
+
+
+def _is_stat(col: str) -> bool:
+    return col in FIGURES or col in TRIAL_FIGURES or col.startswith("phase_")
+
+
 def frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(list(rows))
     for col in df.columns:
-        if col in FIGURES or col.startswith("phase_"):
+        if _is_stat(col):
             df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
 
@@ -32,7 +41,7 @@ def point_stats(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     if "reference" in df:
         df = df[~df["reference"].astype(bool)]
     stats: dict[str, dict[str, Any]] = {}
-    figure_cols = [c for c in df.columns if c in FIGURES or c.startswith("phase_")]
+    figure_cols = [c for c in df.columns if _is_stat(c)]
     for point_hash, group in df.groupby("point_hash", sort=False):
         figures = {}
         for col in figure_cols:
@@ -61,7 +70,7 @@ def format_point(stats: dict[str, Any], point_hash: str) -> str:
              f"  outcomes: {outcomes}",
              f"  {'figure':<26}{'n':>3}{'median':>11}{'min':>11}{'max':>11}"]
     for name, fig in stats["figures"].items():
-        if fig["n"] == 0 and name.startswith("phase_"):
+        if fig["n"] == 0 and (name.startswith("phase_") or name in TRIAL_FIGURES):
             continue
         lines.append(f"  {name:<26}{fig['n']:>3}{_num(fig['median'])}{_num(fig['min'])}{_num(fig['max'])}")
     return "\n".join(lines)
@@ -76,7 +85,7 @@ def _num(value: float | None) -> str:
 
 
 SIDE_BY_SIDE = ("ttd_s", "ttd_all_s", "ttr_s", "downtime_s", "steps_lost", "goodput", "degraded_step_ratio",
-                "loss_delta", "ttfs_s")
+                "loss_delta", "ttfs_s", "checkpoint_s")
 
 
 def format_side_by_side(stats: dict[str, dict[str, Any]], figures: Sequence[str] = SIDE_BY_SIDE) -> str:
