@@ -89,25 +89,21 @@ class Hang(RankHook):
     def before(self, tensor: Any) -> None:
         if self.take():
             self.emit("inject", duration_s=self.duration_s)
-            time.sleep(self.duration_s)
+            self._wait()
             self.emit("fault_end")
 
+    def _wait(self) -> None:
+        time.sleep(self.duration_s)  # releases the GIL: the rank's other threads go on
 
-class HoldGIL(RankHook):
+
+class HoldGIL(Hang):
     """A C call that keeps the GIL for ``duration_s``: no Python thread of the rank runs
     (its abort watcher neither), while the C++ backend threads still do."""
 
-    def __init__(self, *, duration_s: float, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.duration_s = duration_s
-
-    def before(self, tensor: Any) -> None:
-        if self.take():
-            self.emit("inject", duration_s=self.duration_s)
-            whole, frac = divmod(self.duration_s, 1.0)
-            spec = _Timespec(int(whole), int(frac * 1e9))
-            _PYDLL.nanosleep(ctypes.byref(spec), None)  # PyDLL: the GIL is held across the call
-            self.emit("fault_end")
+    def _wait(self) -> None:
+        whole, frac = divmod(self.duration_s, 1.0)
+        spec = _Timespec(int(whole), int(frac * 1e9))
+        _PYDLL.nanosleep(ctypes.byref(spec), None)  # PyDLL: the GIL is held across the call
 
 
 class _Timespec(ctypes.Structure):
