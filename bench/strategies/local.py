@@ -76,10 +76,11 @@ class LocalJob(Job):
             self.agent.emit("proc_exit", of_rank=r.rank, exitcode=code)
             if code not in (0, EXIT_EVICTED):
                 self.agent.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
-            try:
-                self.store.set(f"dead/{r.rank}", str(code))
-            except Exception:  # the store itself may be the fault's target
-                pass
+            if self.launcher.store_process.is_alive():  # the store itself may be the fault's target
+                try:
+                    self.store.set(f"dead/{r.rank}", str(code))
+                except Exception:  # it died just now
+                    pass
             if code != 0 and self._regrow():
                 self.replacements[r.rank] = time.monotonic() + self.ctx.point.scenario.recovery.params.regrow_delay_s
         if not self.launcher.running():

@@ -161,3 +161,32 @@ def test_loss_delta_and_goodput_against_a_reference() -> None:
     # 20 distinct steps x 5 ms / (first step start 0 ms .. last rank event 240 ms)
     assert f.figures["goodput"] == pytest.approx(20 * 0.005 / 0.240)
     assert f.figures["degraded_step_ratio"] == pytest.approx(2.0)
+
+
+def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
+    from bench.strategies.restart import Restart
+
+    e = steps([0, 1, 2], 1, 10, t0_ms=10) + [
+        ev(100.5, "inject", src="harness", fault=0, kind="kill", ranks=[1]),
+        ev(110.0, "detect", src="rank", rank=0, how="peer_closed"),
+        ev(112.0, "detect", src="rank", rank=2, how="peer_closed"),
+        ev(200.0, "detect", src="agent", how="agent_monitor"),
+        ev(201.0, "teardown_start", src="agent"), ev(205.0, "teardown_end", src="agent"),
+        ev(205.5, "rendezvous_start", src="agent"), ev(500.0, "rendezvous_end", src="agent"),
+        ev(510.0, "workers_started", src="agent"),
+        *[ev(3000.0 + 100 * r, "import_done", src="rank", rank=r) for r in range(3)],
+        *[ev(4000.0 + 100 * r, "workload_ready", src="rank", rank=r) for r in range(3)],
+        *[ev(4300.0 + 10 * r, "reconfigured", src="rank", rank=r, gen=1) for r in range(3)],
+        *[ev(4340.0 + 5 * r, "restore_end", src="rank", rank=r, how="disk", step=5) for r in range(3)],
+    ]
+    e += steps([0, 1, 2], 6, 20, t0_ms=4400, gen=1)  # steps 6-10 replayed from the checkpoint of step 5
+    e += train_end([0, 1, 2], 4600, gen=1)
+    (f,) = figures(e, faults=(("kill", "1"),), phases=Restart.phases)
+    assert f.outcome == "recovered"
+    assert f.figures["steps_lost"] == 5
+    expected = {"detect": 9.5, "agent": 90, "teardown": 5, "rendezvous": 295, "spawn": 10, "import": 2690,
+                "build": 1000, "pg": 120, "restore": 30, "catchup": 4450.2 - 4350}
+    for name, ms in expected.items():
+        assert f.phases[f"phase_{name}_s"] == pytest.approx(ms / 1000), name
+    assert sum(f.phases.values()) == pytest.approx(f.figures["downtime_s"])
+    assert f.figures["ttr_s"] == pytest.approx((4450.2 - 110) / 1000)
