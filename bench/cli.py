@@ -20,7 +20,8 @@ from bench import catalogue
 from bench.config import ConfigError, to_dict
 from bench.faults import FAULTS
 from bench.registry import Plugin, Registry
-from bench.scenario import Scenario, load, parse_override, points
+from bench.scenario import Scenario, load, points
+from bench.sweep import parse_override
 from bench.strategies import STRATEGIES
 from bench.workloads import WORKLOADS
 

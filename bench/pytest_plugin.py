@@ -73,7 +73,8 @@ class FtbenchScenario:
         scenario has several points, since a test has one benchmark)."""
         from bench import catalogue
         from bench.runner import run
-        from bench.scenario import load, parse_override
+        from bench.scenario import load
+        from bench.sweep import parse_override
 
         self._benchmark()  # first: --benchmark-skip skips the test before a scenario runs
         overrides = ([parse_override(s) for s in sets] if not isinstance(sets, Mapping)

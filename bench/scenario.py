@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.config import UNKNOWN_KEY, ConfigError, bounded, build, join, to_dict
+from bench.sweep import flatten_sweep, label, set_path
 from bench.faults import FAULTS, FaultSpec, check_fault
 from bench.metrics import FIGURES, is_figure
 from bench.registry import Plugin, Registry
@@ -167,15 +168,15 @@ def load(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenari
 
 def parse(raw: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
     raw = copy.deepcopy(dict(raw))
-    sweep = _flatten_sweep(raw.pop("sweep", {}), file)
+    sweep = flatten_sweep(raw.pop("sweep", {}), file)
     for key, value in overrides:
-        _set_path(raw, key, value, file=file, origin="--set")
+        set_path(raw, key, value, file=file, origin="--set")
         sweep.pop(key, None)  # an explicit value replaces that axis of the sweep
     scenario = _validate(raw, file)
     for key, values in sweep.items():
         for i, value in enumerate(values):
             trial_raw = copy.deepcopy(raw)
-            _set_path(trial_raw, key, value, file=file, origin=f"sweep.{key}.{i}")
+            set_path(trial_raw, key, value, file=file, origin=f"sweep.{key}.{i}")
             _validate(trial_raw, file, context=f"sweep {key} = {value!r}")
     return replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
 
@@ -187,11 +188,11 @@ def points(scenario: Scenario) -> list[Point]:
     for combo in itertools.product(*(v for _, v in scenario.sweep)):
         raw = copy.deepcopy(dict(scenario.raw))
         for key, value in zip(keys, combo):
-            _set_path(raw, key, value, file=scenario.source, origin=key)
+            set_path(raw, key, value, file=scenario.source, origin=key)
         resolved = replace(_validate(raw, scenario.source), sweep=scenario.sweep, raw=raw)
         values = tuple(zip(keys, combo))
         result.append(
-            Point(scenario=resolved, values=values, label=_label(scenario.name, values),
+            Point(scenario=resolved, values=values, label=label(scenario.name, values),
                   point_hash=point_hash(resolved))
         )
     return result
@@ -211,19 +212,6 @@ def identity(scenario: Scenario) -> dict[str, Any]:
 def point_hash(scenario: Scenario) -> str:
     canonical = json.dumps(identity(scenario), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``key=value`` from the command line; the value is read as TOML, else as a string."""
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError("--set", text, "KEY=VALUE")
-    try:
-        parsed = tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        parsed = value
-    return key, parsed
 
 
 # --- validation -------------------------------------------------------------------------
@@ -347,67 +335,6 @@ def _cross_check(s: Scenario, file: str) -> None:
             raise ConfigError(file, f"gate.slo.{i}.metric", f"a figure ({', '.join(FIGURES)})", slo.metric)
         if slo.min is None and slo.max is None:
             raise ConfigError(file, f"gate.slo.{i}", "min, max or both", to_dict(slo))
-
-
-# --- dotted paths -------------------------------------------------------------------------
-
-
-def _flatten_sweep(sweep: Any, file: str, prefix: str = "") -> dict[str, list[Any]]:
-    """``[sweep]`` keys may be quoted (``"a.b" = [...]``) or nested tables; both flatten."""
-    if not isinstance(sweep, Mapping):
-        raise ConfigError(file, prefix or "sweep", "a table of KEY = [values]", sweep)
-    flat: dict[str, list[Any]] = {}
-    for key, value in sweep.items():
-        full = join(prefix, key)
-        if isinstance(value, Mapping):
-            flat.update(_flatten_sweep(value, file, full))
-        elif isinstance(value, list) and value:
-            flat[full] = value
-        else:
-            raise ConfigError(file, f"sweep.{full}", "a non-empty list of values", value)
-    return flat
-
-
-def _set_path(raw: dict[str, Any], key: str, value: Any, *, file: str, origin: str) -> None:
-    parts = key.split(".")
-    node: Any = raw
-    for depth, part in enumerate(parts):
-        last = depth == len(parts) - 1
-        here = ".".join(parts[: depth + 1])
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(file, origin, f"'{here}' to index an existing entry (0..{len(node) - 1})", key)
-            index = int(part)
-            if last:
-                node[index] = value
-            else:
-                node = node[index]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                node = node.setdefault(part, [] if part == "faults" else {})
-        else:
-            raise ConfigError(file, origin, f"'{'.'.join(parts[:depth])}' to be a table", key)
-
-
-def _label(name: str, values: Sequence[tuple[str, Any]]) -> str:
-    """Short readable point label: the last part of each swept key, unless ambiguous."""
-    if not values:
-        return name
-    tails = [k.split(".")[-1] for k, _ in values]
-    names = tails if len(set(tails)) == len(tails) else [k for k, _ in values]
-    names = ["fault" if k.startswith("faults.") and k.split(".")[-1].isdigit() else n
-             for n, (k, _) in zip(names, values)]
-    return " ".join(f"{n}={_short(v)}" for n, (_, v) in zip(names, values))
-
-
-def _short(value: Any) -> str:
-    """A swept table (a whole fault, say) shows as ``kind(knob=value, ...)``."""
-    if isinstance(value, Mapping) and "kind" in value:
-        knobs = [f"{k}={v}" for k, v in value.items() if k not in ("kind", "target", "trigger")]
-        return str(value["kind"]) + (f"({','.join(knobs)})" if knobs else "")
-    return str(value)
 
 
 def uses_namespaces(scenario: Scenario) -> bool:

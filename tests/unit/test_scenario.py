@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.config import ConfigError
-from bench.scenario import load, parse_override, point_hash, points
+from bench.scenario import load, point_hash, points
+from bench.sweep import parse_override
 
 GOOD = """
 name = "t"
