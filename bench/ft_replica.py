@@ -48,22 +48,22 @@ from torchft.optim import OptimizerWrapper
 
 from bench.comm import classify
 from bench.events import EventWriter
-from bench.rank import RankSpec
+from bench.procs import redirect_output
+from bench.rank import RankSpec, device, store_client
 from bench.strategies.torchft import LIGHTHOUSE_KEY, ddp_workaround_needed, replica_log_path, torchft_version
 from bench.workloads import WORKLOADS
 
 
 def replica_main(spec: RankSpec, events: EventWriter) -> int:
     """Train until ``workload.steps`` steps are committed; returns the exit code."""
-    _redirect_output(replica_log_path(spec.events_dir, spec.rank, os.getpid()))
+    redirect_output(replica_log_path(spec.events_dir, spec.rank, os.getpid()))
     torch.set_num_threads(1)
 
     wl, params = spec.workload, spec.recovery.params
     td = datetime.timedelta
-    store = _launcher_store(spec)
+    store = store_client(spec)
     lighthouse = store.get(LIGHTHOUSE_KEY).decode()
-    device = _device(spec)
-    workload = WORKLOADS[wl.kind].load()(wl.params, seed=spec.seed, world_size=wl.world_size, device=device)
+    workload = WORKLOADS[wl.kind].load()(wl.params, seed=spec.seed, world_size=wl.world_size, device=device(spec))
     version = torchft_version()
     workaround = ddp_workaround_needed(version, params.ddp_workaround)
 
@@ -214,13 +214,6 @@ def _completed(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     return fut
 
 
-def _launcher_store(spec: RankSpec) -> Any:
-    """The launcher's store: the lighthouse's address and the start barrier live there."""
-    timeout = datetime.timedelta(seconds=spec.wait_s)
-    return dist.PrefixStore(spec.store_prefix, dist.TCPStore(spec.store_host, spec.store_port, None, False,
-                                                             timeout=timeout))
-
-
 def _start_barrier(store: Any, count: int, wait_s: float) -> None:
     """Initial replicas start their first quorum together, through the launcher's store.
 
@@ -233,19 +226,3 @@ def _start_barrier(store: Any, count: int, wait_s: float) -> None:
     store.wait(["torchft/go"], datetime.timedelta(seconds=wait_s))
 
 
-def _device(spec: RankSpec) -> torch.device:
-    if spec.backend == "nccl":
-        index = spec.rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
-
-
-def _redirect_output(path: str) -> None:
-    """TorchFT's Rust side logs ~8 INFO lines per step to stderr, and its Python loggers
-    warn there too: keep all of it in a file of its own (gzipped when the trial ends),
-    never on the console; the rank's own log keeps what came before."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)

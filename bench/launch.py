@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.events import EventWriter
-from bench.procs import MARKER, set_pdeathsig, sweep
+from bench.procs import MARKER, redirect_output, set_pdeathsig, sweep
 
 
 class LaunchError(RuntimeError):
@@ -91,11 +91,8 @@ def store_main(port_file: str, events_dir: str) -> None:
     """Body of the store process: host a c10d TCPStore until killed."""
     set_pdeathsig()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # c10d logs a warning per client it cannot name (clients in network namespaces):
-    # keep the store's own output in the trial directory, off the console.
-    log = os.open(Path(events_dir) / "store.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    # c10d logs a warning per client it cannot name (clients in network namespaces).
+    redirect_output(Path(events_dir) / "store.log")
     import datetime
 
     import torch.distributed as dist
@@ -104,12 +101,18 @@ def store_main(port_file: str, events_dir: str) -> None:
                           timeout=datetime.timedelta(hours=1))
     EventWriter(Path(events_dir) / f"store-{os.getpid()}.jsonl", src="store", pid=os.getpid()).emit(
         "proc_start", role="store", port=store.port)
-    tmp = port_file + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(store.port))
-    os.rename(tmp, port_file)
+    publish(port_file, str(store.port))
     while True:
         signal.pause()
+
+
+def publish(path: str, text: str) -> None:
+    """Hand a value (a port, an address) to the parent: written whole, then renamed, so
+    the parent never reads half of it (see :meth:`LocalLauncher.await_file`)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.rename(tmp, path)
 
 
 @dataclass
@@ -140,15 +143,31 @@ class LocalLauncher:
         self.store_process = self.ctx.Process(target=store_main, args=(str(port_file), str(self.events_dir)),
                                               name="ftbench-store", daemon=False)
         self.store_process.start()
-        deadline = time.monotonic() + timeout_s
-        while not port_file.exists():
-            if not self.store_process.is_alive():
-                raise LaunchError(f"the store process exited with code {self.store_process.exitcode}")
-            if time.monotonic() > deadline:
-                raise LaunchError(f"the store did not start within {timeout_s:.0f} s")
-            time.sleep(0.005)
-        self.store_port = int(port_file.read_text())
+        self.store_port = int(self.await_file(self.store_process, port_file, "the store", timeout_s))
         return self.store_port
+
+    @staticmethod
+    def await_file(process: Any, path: Path, what: str, timeout_s: float) -> str:
+        """Wait for ``process`` to :func:`publish` ``path``; its text (the file is removed)."""
+        deadline = time.monotonic() + timeout_s
+        while not path.exists():
+            if not process.is_alive():
+                raise LaunchError(f"{what} exited with code {process.exitcode}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"{what} did not start within {timeout_s:.0f} s")
+            time.sleep(0.005)
+        text = path.read_text().strip()
+        path.unlink()
+        return text
+
+    def store_client(self) -> Any:
+        """The harness's own connection to the trial's store (the agent's)."""
+        import datetime
+
+        import torch.distributed as dist
+
+        return dist.PrefixStore("ftb", dist.TCPStore("127.0.0.1", self.store_port, None, False,
+                                                     timeout=datetime.timedelta(seconds=30)))
 
     def start_rank(self, rank: int, target: Any, *args: Any) -> RankProcess:
         process = self.ctx.Process(target=target, args=args, name=f"ftbench-rank{rank}", daemon=False)

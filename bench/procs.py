@@ -38,6 +38,15 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+def redirect_output(path: str | Path) -> None:
+    """Send this process's stdout and stderr (C++ logs included) to a file: what a
+    rank, the store or a replica prints belongs beside its event log, not on the console."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def marked() -> dict[int, str]:
     """pid -> run id of every process whose environment at exec carried the marker."""
     prefix = f"{MARKER}=".encode()

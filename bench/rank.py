@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.events import EventWriter
-from bench.procs import set_pdeathsig
+from bench.procs import redirect_output, set_pdeathsig
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,12 +57,8 @@ class RankSpec:
 def main(spec: RankSpec) -> None:
     if spec.pdeathsig:
         set_pdeathsig()
-    # The rank's own output (c10d and gloo warnings, a crash's traceback) goes to a file
-    # beside its event log, so that the console shows progress only.
-    log = os.open(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.log",
-                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    # c10d and gloo warnings, a crash's traceback: beside the event log, off the console.
+    redirect_output(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.log")
     if spec.netns:
         from injectors.netns import enter
 
@@ -83,6 +79,28 @@ def main(spec: RankSpec) -> None:
         events.emit("proc_exit", exitcode=code)
         events.close()
     os._exit(code)
+
+
+def store_client(spec: RankSpec) -> Any:
+    """A rank's connection to the launcher's store (torch is imported here, not above:
+    this module runs before the rank imports torch)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.PrefixStore(spec.store_prefix, dist.TCPStore(
+        spec.store_host, spec.store_port, None, False, timeout=datetime.timedelta(seconds=spec.wait_s)))
+
+
+def device(spec: RankSpec) -> Any:
+    """The rank's device: its own GPU with NCCL (``LOCAL_RANK`` under torchrun), else CPU."""
+    import torch
+
+    if spec.backend == "nccl":
+        index = int(os.environ.get("LOCAL_RANK", spec.rank)) % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
 
 
 if __name__ == "__main__":

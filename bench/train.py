@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from bench.comm import Comm, CollectiveError, CorruptionDetected, Watch
 from bench.events import EventWriter
-from bench.rank import RankSpec
+from bench.rank import RankSpec, device, store_client
 from bench.state import restore_checkpoint, restore_from_peer, save_checkpoint
 from bench.workloads import WORKLOADS
 from bench.workloads.base import Workload
@@ -89,14 +89,12 @@ class Trainer:
         self.hooks = _install_hooks(spec, events)
         wl = spec.workload
         self.workload: Workload = WORKLOADS[wl.kind].load()(wl.params, seed=spec.seed, world_size=wl.world_size,
-                                                            device=_device(spec))
+                                                            device=device(spec))
         _RETIRED.append(self.workload)
         events.emit("workload_ready")
 
     def connect(self) -> Any:
-        spec = self.spec
-        return dist.PrefixStore(spec.store_prefix, dist.TCPStore(
-            spec.store_host, spec.store_port, None, False, timeout=datetime.timedelta(seconds=spec.wait_s)))
+        return store_client(self.spec)
 
     def run(self) -> int:
         spec, events, workload = self.spec, self.events, self.workload
@@ -259,14 +257,6 @@ class Trainer:
             restore_from_peer(self.workload, world, source, self.events)
         self.workload.attach(comm)
         return comm, resume
-
-
-def _device(spec: RankSpec) -> torch.device:
-    if spec.backend == "nccl":
-        index = int(os.environ.get("LOCAL_RANK", spec.rank)) % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
 
 
 def _install_hooks(spec: RankSpec, events: EventWriter) -> list[Any]:

@@ -23,12 +23,9 @@ reinit coordinator need not wait for a member that is known to be gone. With
 
 from __future__ import annotations
 
-import datetime
 import os
 import time
 from typing import ClassVar
-
-import torch.distributed as dist
 
 from bench.events import EventWriter
 from bench.launch import LocalLauncher
@@ -50,8 +47,7 @@ class LocalJob(Job):
         self.launcher = LocalLauncher(host=ctx.host, start_method=scenario.launch.start_method,
                                       trial_dir=ctx.trial_dir, events_dir=ctx.events_dir)
         self.port = self.launcher.start_store()
-        self.store = dist.PrefixStore("ftb", dist.TCPStore("127.0.0.1", self.port, None, False,
-                                                            timeout=datetime.timedelta(seconds=30)))
+        self.store = self.launcher.store_client()
         self.members = tuple(range(scenario.workload.world_size))
         self.replacements: dict[int, float] = {}
         """rank -> monotonic time at which its replacement is due."""

@@ -29,7 +29,6 @@ figures ``ttfs_s`` (time to full strength) and ``restore_s``/``restore_bytes``.
 
 from __future__ import annotations
 
-import datetime
 import gzip
 import importlib.metadata
 import importlib.util
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.events import EventWriter
-from bench.launch import LaunchError, LocalLauncher
+from bench.launch import LocalLauncher, publish
 from bench.procs import set_pdeathsig
 from bench.rank import RankSpec, main as rank_process_main
 from bench.strategies.base import Job
@@ -123,10 +122,7 @@ def lighthouse_main(addr_file: str, events_dir: str, min_replicas: int, join_tim
     events.emit("lighthouse_ready", address=server.address(), min_replicas=min_replicas,
                 join_timeout_ms=join_timeout_ms, quorum_tick_ms=quorum_tick_ms,
                 heartbeat_timeout_ms=heartbeat_timeout_ms)
-    tmp = addr_file + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(server.address())
-    os.rename(tmp, addr_file)
+    publish(addr_file, server.address())
     while True:
         signal.pause()
 
@@ -199,11 +195,8 @@ class TorchFT(Job):
         self.agent = EventWriter(ctx.events_dir / "agent.jsonl", src="agent", pid=os.getpid())
         self.launcher = LocalLauncher(host=ctx.host, start_method=scenario.launch.start_method,
                                       trial_dir=ctx.trial_dir, events_dir=ctx.events_dir)
-        port = self.launcher.start_store()
-        import torch.distributed as dist
-
-        self.store = dist.PrefixStore("ftb", dist.TCPStore("127.0.0.1", port, None, False,
-                                                            timeout=datetime.timedelta(seconds=30)))
+        self.launcher.start_store()
+        self.store = self.launcher.store_client()
         self.lighthouse = self._start_lighthouse()
         self.lighthouse_gone = False
         self.store.set(LIGHTHOUSE_KEY, self.lighthouse_addr)
@@ -227,16 +220,8 @@ class TorchFT(Job):
                   p.heartbeat_timeout_ms),
         )
         process.start()
-        deadline = time.monotonic() + timeout_s
-        while not addr_file.exists():
-            if not process.is_alive():
-                raise LaunchError(f"the lighthouse exited with code {process.exitcode} "
-                                  f"(see {self.ctx.events_dir / 'lighthouse.log.gz'})")
-            if time.monotonic() > deadline:
-                raise LaunchError(f"the lighthouse did not start within {timeout_s:.0f} s")
-            time.sleep(0.005)
-        self.lighthouse_addr = addr_file.read_text().strip()
-        addr_file.unlink()
+        self.lighthouse_addr = self.launcher.await_file(
+            process, addr_file, f"the lighthouse (see {self.ctx.events_dir / 'lighthouse.log.gz'})", timeout_s)
         return process
 
     def _start_replica(self, rank: int, role: str) -> None:
