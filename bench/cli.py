@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 
 import click
 
-from bench import catalogue
-from bench.config import ConfigError, to_dict
-from bench.faults import FAULTS
-from bench.registry import Plugin, Registry
-from bench.scenario import Scenario, load, points
-from bench.sweep import parse_override
+from bench.scenario import catalogue
+from bench.scenario.config import ConfigError, to_dict
+from bench.scenario.faults import FAULTS
+from bench.scenario.loader import load, points
+from bench.scenario.model import Scenario
+from bench.scenario.overrides import parse_override
+from bench.scenario.registry import Plugin, Registry
 from bench.strategies import STRATEGIES
 from bench.workloads import WORKLOADS
 
@@ -69,7 +70,7 @@ def list_cmd() -> None:
         _list_registry(title, registry)
 
 
-def _list_registry(title: str, registry: Registry[Plugin]) -> None:
+def _list_registry(title: str, registry: Registry[Any]) -> None:
     click.echo(f"{title}:")
     width = max(len(n) for n in registry.names())
     for name in registry.names():
@@ -135,9 +136,10 @@ def validate(files: tuple[str, ...]) -> None:
 @_errors
 def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None, sets: tuple[str, ...]) -> None:
     """Run every point of SCENARIO and print its figures."""
-    from bench.results import RunDir
-    from bench.runner import resume_scenario, run as run_scenario
-    from bench.summary import format_point, format_side_by_side
+    from bench.results.summary import format_point, format_side_by_side
+    from bench.results.writer import RunDir
+    from bench.run.runner import resume_scenario
+    from bench.run.runner import run as run_scenario
 
     if resume is not None:
         rundir = RunDir(resume)
@@ -175,7 +177,7 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
 @cli.command()
 def cleanup() -> None:
     """Remove what killed runs left: processes, network namespaces, firewall rules."""
-    from bench.cleanup import cleanup as clean
+    from bench.procs.leftovers import cleanup as clean
 
     removed = clean()
     for line in removed:
@@ -199,7 +201,7 @@ def _latest_run(out: Path, name: str, rundir: Any) -> Path:
 
 def _run(path: str) -> Any:
     """A results directory, loaded; unreadable files become one-line errors (exit 2)."""
-    from bench.rundata import load as load_run
+    from bench.results.reader import load as load_run
 
     try:
         return load_run(path)
@@ -249,7 +251,7 @@ def report(run_dirs: tuple[str, ...], out: Path | None) -> None:
 def compare(base: str, cand: str, metrics: tuple[str, ...], factor: float | None, floor_s: float | None,
             alpha: float | None, min_trials: int | None) -> None:
     """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark."""
-    from bench import compare as cmp
+    from bench.results import compare as cmp
 
     b, c = _run(base), _run(cand)
     opts = cmp.GateOptions.from_spec(c.gate_spec(), metrics=metrics or cmp.default_metrics(b, c), factor=factor,
@@ -272,14 +274,15 @@ def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor:
          floor_s: float | None, alpha: float | None, min_trials: int | None, slo: bool, junit: Path | None) -> None:
     """Gate CANDIDATE against a baseline and/or service levels: exit 0 pass, 1 regression,
     2 insufficient data or bad input."""
-    from bench import compare as cmp
+    from bench.results import compare as cmp
+    from bench.results import gate as gt
 
     c = _run(candidate)
     b = _run(baseline) if baseline else None
     spec = c.gate_spec()
     opts = cmp.GateOptions.from_spec(spec, metrics=metrics, factor=factor, floor_s=floor_s, alpha=alpha,
                                      min_trials=min_trials)
-    result = cmp.gate(c, opts, base=b, slos=spec.slo if slo else ())
+    result = gt.gate(c, opts, base=b, slos=spec.slo if slo else ())
     click.echo(f"candidate: {c.path}" + (f"\nbaseline:  {b.path}" if b else ""))
     for line in result.messages:
         click.echo(f"  differs: {line}")
@@ -287,11 +290,11 @@ def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor:
         click.echo(cmp.format_rows(result.rows, opts))
     if result.slo_rows:
         click.echo("service levels:")
-        click.echo(cmp.format_slos(result.slo_rows))
+        click.echo(gt.format_slos(result.slo_rows))
     if junit is not None:
         junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(cmp.junit_xml(result))
-    click.echo(cmp.verdict_line(result))
+        junit.write_text(gt.junit_xml(result))
+    click.echo(gt.verdict_line(result))
     sys.exit(result.status)
 
 
@@ -303,7 +306,7 @@ def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor:
 @_errors
 def export(run_dir: str, fmt: str, out: Path | None) -> None:
     """Write RUN_DIR's figures as pytest-benchmark JSON, github-action-benchmark JSON or Bencher BMF."""
-    from bench import export as exp
+    from bench.results import export as exp
 
     if fmt not in exp.FORMATS:
         raise ConfigError("--format", "", f"one of {', '.join(exp.FORMATS)}", fmt)
@@ -322,7 +325,7 @@ def export(run_dir: str, fmt: str, out: Path | None) -> None:
 @_errors
 def baseline(run_dir: str, name: str | None, root: Path) -> None:
     """Keep RUN_DIR's run.json and trials as a baseline (for gate --baseline NAME)."""
-    from bench.rundata import save_baseline
+    from bench.results.reader import save_baseline
 
     dest = save_baseline(_run(run_dir), name, root)
     click.echo(f"baseline: {dest}")

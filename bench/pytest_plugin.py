@@ -34,7 +34,7 @@ class ScenarioResult:
     """The run a fixture call made, narrowed to one point and one figure."""
 
     run: Any
-    """The :class:`bench.rundata.Run` (all points, all figures)."""
+    """The :class:`bench.results.reader.Run` (all points, all figures)."""
     point_hash: str
     label: str
     metric: str
@@ -48,7 +48,7 @@ class ScenarioResult:
         return self.run.values(self.point_hash, metric or self.metric)
 
     def median(self, metric: str | None = None) -> float:
-        from bench.stats import median
+        from bench.results.stats import median
 
         return median(self.values(metric))
 
@@ -71,10 +71,10 @@ class FtbenchScenario:
         """Run ``scenario`` (a catalogue name or a TOML file) and record ``metric`` (by
         default the scenario's ``gate.metric``) of ``point`` (a label; needed when the
         scenario has several points, since a test has one benchmark)."""
-        from bench import catalogue
-        from bench.runner import run
-        from bench.scenario import load
-        from bench.sweep import parse_override
+        from bench.run.runner import run
+        from bench.scenario import catalogue
+        from bench.scenario.loader import load
+        from bench.scenario.overrides import parse_override
 
         self._benchmark()  # first: --benchmark-skip skips the test before a scenario runs
         overrides = ([parse_override(s) for s in sets] if not isinstance(sets, Mapping)
@@ -87,9 +87,9 @@ class FtbenchScenario:
     def record(self, run_dir: str | Path, *, metric: str | None = None, point: str | None = None) -> ScenarioResult:
         """Put one point's figure from an existing results directory into this test's
         pytest-benchmark entry."""
-        from bench.metrics import is_figure
-        from bench.rundata import load
-        from bench.stats import median
+        from bench.results.reader import load
+        from bench.results.stats import median
+        from bench.scenario.figures import is_figure, unit
 
         if self._used:
             raise RuntimeError("ftbench_scenario records one point per test (pytest-benchmark keeps one "
@@ -108,7 +108,7 @@ class FtbenchScenario:
         result = ScenarioResult(run=run, point_hash=p["point_hash"], label=p["label"], metric=metric)
         self._used = True
         extra = {"ftbench_run": str(run.path), "point": p["label"], "point_hash": p["point_hash"], "metric": metric,
-                 "unit": "s" if metric.endswith("_s") else "", "outcomes": result.outcomes()}
+                 "unit": unit(metric), "outcomes": result.outcomes()}
         for col in run.trials.columns:
             if is_figure(col):
                 vals = result.values(col)

@@ -5,7 +5,7 @@ something and returns the details worth recording (the mechanism used, what it h
 ``undo()`` reverts a transient fault and must be idempotent. A transient injector has
 a ``duration_s``; the harness calls ``undo()`` when it has elapsed, and always at the
 end of the trial. Changes outside the trial's processes are also registered with
-:mod:`injectors.cleanup` before they are made, so they are reverted even if the harness
+:mod:`injectors.undo` before they are made, so they are reverted even if the harness
 dies.
 """
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from bench.report import plots, tables, timeline
 from bench.report.series import Series, build_series, run_tags
-from bench.rundata import Run
+from bench.results.reader import Run
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
 table.tbl{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}

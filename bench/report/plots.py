@@ -19,8 +19,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from bench.report.series import Series, phase_colour, phase_name
-from bench.stats import median
+from bench.report.series import Series, phase_colour
+from bench.results.stats import median
+from bench.scenario.figures import phase_name
 
 TITLES = {"ttd_s": "time to detect (ttd_s)", "ttd_all_s": "time until every survivor detected (ttd_all_s)",
           "ttr_s": "time to recover (ttr_s)", "downtime_s": "downtime (ttd_s + ttr_s)"}

@@ -15,8 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from bench.events import read_events
-from bench.rundata import Run, flatten
+from bench.results.events import read_events
+from bench.results.reader import Run, flatten
+from bench.scenario.figures import outcomes_text, phase_name
 
 #: Colour-blind-safe qualitative palette (Okabe-Ito), then matplotlib's tab10.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#882255",
@@ -50,12 +51,7 @@ class Series:
         return self.run.measured(self.point_hash)
 
     def outcomes_text(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in sorted(self.run.outcomes(self.point_hash).items()))
-
-
-def phase_name(column: str) -> str:
-    """``phase_reconfigure_s`` -> ``reconfigure``."""
-    return column.removeprefix("phase_").removesuffix("_s")
+        return outcomes_text(self.run.outcomes(self.point_hash))
 
 
 def phase_colour(column: str, order: list[str]) -> str:
@@ -161,7 +157,7 @@ def trial_marks(series: Series, trial: int) -> TrialMarks | None:
 
     Times are relative to the trial's ``trial_start`` event, the origin of steps.csv's
     ``t_s``. The phases are laid end to end from the injection in the order they
-    happen; they add up to the downtime (metrics.py)."""
+    happen; they add up to the downtime (bench.results.derive)."""
     path = series.run.events_dir(series.point_hash, trial)
     if not path.is_dir():
         return None

@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from bench.metrics import FIGURES
-from bench.report.series import Series, phase_name
-from bench.rundata import Run
-from bench.stats import summarize
+from bench.report.series import Series
+from bench.results.reader import Run
+from bench.results.stats import describe
+from bench.scenario.figures import FAULT_FIGURES, figure, phase_name
 
 #: The latencies every report shows, even where no trial has them (then as ``-``).
 LATENCIES = ("ttd_s", "ttd_all_s", "ttr_s", "downtime_s")
@@ -40,7 +40,7 @@ def size(v: float) -> str:
 
 
 def _cell(values: list[float], unit: str) -> str:
-    s = summarize(values)
+    s = describe(values)
     if s.n == 0:
         return "-"
     fmt = {"s": seconds, "bytes": size}.get(unit, lambda v: f"{v:.3g}")
@@ -51,15 +51,15 @@ def _cell(values: list[float], unit: str) -> str:
 def summary(series: list[Series]) -> pd.DataFrame:
     """One row per series: outcomes, then each figure's median, CI and n. The latencies
     always have a column; other figures only where some trial has them."""
-    shown = [m for m in FIGURES if m in LATENCIES or any(s.values(m) for s in series)]
+    shown = [m for m in FAULT_FIGURES if m in LATENCIES or any(s.values(m) for s in series)]
     rows = []
     for s in series:
         row: dict[str, Any] = {"point": s.name, "strategy": s.strategy,
                                "trials": int(s.rows()["trial"].nunique()), "outcomes": s.outcomes_text()}
         for m in shown:
-            row[m] = _cell(s.values(m), _unit(m))
+            row[m] = _cell(s.values(m), figure(m).unit)
             if m == "ttr_s":
-                row["p95 ttr_s"] = seconds(summarize(s.values("ttr_s")).p95)
+                row["p95 ttr_s"] = seconds(describe(s.values("ttr_s")).p95)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -76,10 +76,6 @@ def phases(series: list[Series]) -> pd.DataFrame:
             row[phase_name(c)] = _cell(s.values(c), "s")
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _unit(metric: str) -> str:
-    return "s" if metric.endswith("_s") else "bytes" if metric.endswith("_bytes") else ""
 
 
 def environment(runs: list[Run], tags: list[str] | None = None) -> pd.DataFrame:

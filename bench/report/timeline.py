@@ -18,7 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from bench.report.plots import log_seconds, save
-from bench.report.series import Series, TrialMarks, phase_colour, phase_name, representative_trial, trial_marks
+from bench.report.series import Series, TrialMarks, phase_colour, representative_trial, trial_marks
+from bench.scenario.figures import phase_name
 
 RANK_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#999999")
 

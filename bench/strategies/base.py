@@ -5,11 +5,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from bench.launch import ProcessHost
-from bench.metrics import DEFAULT_PHASES
-from bench.scenario import Point
+from bench.procs.launcher import ProcessHost
+from bench.rank.entry import HookSpec, RankSpec
+from bench.scenario.config import to_dict
+from bench.scenario.model import Point, Scenario
+
+if TYPE_CHECKING:
+    from injectors.link.netns import Topology
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,7 +21,7 @@ class TrialContext:
     point: Point
     trial: int
     seed: int
-    """``measure.seed + trial``: data, model and random choices of this trial."""
+    """``measure.seed``: data and model (the same in every trial of a point)."""
     trial_dir: Path
     events_dir: Path
     host: ProcessHost
@@ -26,15 +30,19 @@ class TrialContext:
     deadline_s: float
     fault_free: bool = False
     """A reference run: same point and seed, no faults injected."""
-    network: Any = None
-    """The trial's :class:`injectors.netns.Topology` when hosts live in network
-    namespaces (link faults), else None (everything on loopback)."""
+    network: Topology | None = None
+    """The trial's network topology when hosts live in network namespaces (link
+    faults), else None (everything on loopback)."""
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.point.scenario
 
     def namespace_of(self, rank: int) -> str:
         """The network namespace of ``rank``'s host ("" on loopback)."""
         if self.network is None:
             return ""
-        return self.network.hosts[rank // self.point.scenario.launch.ranks_per_host].namespace
+        return self.network.hosts[rank // self.scenario.launch.ranks_per_host].namespace
 
     @property
     def store_host(self) -> str:
@@ -50,9 +58,6 @@ class Job(ABC):
     which must leave no process of the trial behind, whatever state it is in.
     """
 
-    phases: ClassVar[tuple[tuple[str, str], ...]] = DEFAULT_PHASES
-    """(phase name, event that ends it) between detection and the first good step."""
-
     def __init__(self, ctx: TrialContext) -> None:
         self.ctx = ctx
 
@@ -67,7 +72,7 @@ class Job(ABC):
     def close(self) -> None: ...
 
     @classmethod
-    def unavailable(cls, scenario: Any) -> str | None:
+    def unavailable(cls, scenario: Scenario) -> str | None:
         """Why this strategy cannot run ``scenario`` on this machine (its stack is not
         installed, say), or None; the runner then skips the point with that reason."""
         return None
@@ -75,3 +80,23 @@ class Job(ABC):
     def versions(self) -> dict[str, Any]:
         """Versions of the stack this strategy ran on (beyond torch and the backend)."""
         return {}
+
+
+def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpec:
+    """The spec of a rank of this trial: the point's workload and strategy, resolved to
+    the code that runs them, and its rank-side fault hooks; ``fields`` add or override."""
+    from bench.scenario.faults import FAULTS
+    from bench.strategies import STRATEGIES
+    from bench.workloads import WORKLOADS
+
+    s = ctx.scenario
+    strategy = STRATEGIES[s.recovery.strategy]
+    hooks = () if ctx.fault_free else tuple(
+        HookSpec(index=i, kind=f.kind, impl=rank_side, params=to_dict(f.params))
+        for i, f in enumerate(s.faults) if (rank_side := FAULTS[f.kind].rank_side) is not None)
+    base: dict[str, Any] = dict(
+        rank=rank, members=(), store_host=ctx.store_host, netns=ctx.namespace_of(rank),
+        events_dir=str(ctx.events_dir), entry=strategy.rank_entry, policy=strategy.rank_policy,
+        workload=s.workload, workload_impl=WORKLOADS[s.workload.kind].impl, recovery=s.recovery,
+        backend=ctx.backend, seed=ctx.seed, wait_s=ctx.deadline_s, role=role, hooks=hooks)
+    return RankSpec(**(base | fields))

@@ -1,7 +1,7 @@
 """The rank-side workload contract.
 
 A workload owns its model and data, not the process group: the strategy forms groups
-and hands the workload a :class:`bench.comm.Comm` for each generation through
+and hands the workload a :class:`bench.rank.comm.Comm` for each generation through
 :meth:`Workload.attach`. It must be deterministic from ``seed`` and the step number,
 whatever the current world size, so that a recovered run can be compared with the
 fault-free reference of the same seed.
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bench.comm import Comm
+from bench.rank.comm import Comm
 
 
 class Workload(ABC):
@@ -34,7 +34,7 @@ class Workload(ABC):
     def step(self, step: int) -> dict[str, Any]:
         """Run step ``step`` (1-based); return extra ``step_end`` fields.
 
-        Raises :class:`bench.comm.CollectiveError` when a collective fails.
+        Raises :class:`bench.rank.comm.CollectiveError` when a collective fails.
         """
 
     def state_dict(self) -> dict[str, Any]:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from bench.launch import ProcessHost
-from bench.procs import marked_pids
-from bench.runner import RunReport, run
-from bench.scenario import load
+from bench.procs.launcher import ProcessHost
+from bench.procs.hygiene import marked_pids
+from bench.run.runner import RunReport, run
+from bench.scenario.loader import load
 
 
 @pytest.fixture(scope="session")

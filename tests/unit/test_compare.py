@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench import compare as cmp
+from bench.results import compare as cmp
+from bench.results import gate as gt
 from bench.cli import cli
-from bench.config import ConfigError
-from bench.rundata import load, save_baseline
-from bench.scenario import GateSpec, SLOSpec
+from bench.scenario.config import ConfigError
+from bench.results.reader import load, save_baseline
+from bench.scenario.model import GateSpec, SLOSpec
 from tests.unit.runfactory import trial, write_run
 
 FAST = [0.010 + 0.001 * i for i in range(8)]   # 10-17 ms
@@ -30,57 +31,57 @@ def run(tmp_path: Path, ttds: list[float], salt: str = "", label: str = "demo", 
 
 def test_regression_is_named_and_exits_1(tmp_path: Path) -> None:
     base, cand = load(run(tmp_path, FAST, "a")), load(run(tmp_path, SLOW, "b"))
-    result = cmp.gate(cand, opts(), base=base)
+    result = gt.gate(cand, opts(), base=base)
     (row,) = result.rows
     assert row.mark == "+" and row.verdict == "regression" and row.how == "label"
     assert (row.n_base, row.n_cand) == (8, 8)
     assert row.ratio == pytest.approx(0.0535 / 0.0135)
     assert row.p == pytest.approx(2 / 12870)  # exact: fully separated 8 vs 8 = 2 / C(16, 8)
-    assert result.status == cmp.REGRESSION
-    assert "REGRESSION in demo [ttd_s]" in cmp.verdict_line(result)
+    assert result.status == gt.REGRESSION
+    assert "REGRESSION in demo [ttd_s]" in gt.verdict_line(result)
 
 
 def test_improvement_and_same(tmp_path: Path) -> None:
     base, cand = load(run(tmp_path, SLOW, "a")), load(run(tmp_path, FAST, "b"))
-    (row,) = cmp.gate(cand, opts(), base=base).rows
+    (row,) = gt.gate(cand, opts(), base=base).rows
     assert row.mark == "-" and row.verdict == "improvement"
-    same = cmp.gate(base, opts(), base=base)
-    assert same.rows[0].mark == " " and same.rows[0].p == 1.0 and same.status == cmp.PASS
+    same = gt.gate(base, opts(), base=base)
+    assert same.rows[0].mark == " " and same.rows[0].p == 1.0 and same.status == gt.PASS
 
 
 def test_past_factor_but_not_significant_is_tilde(tmp_path: Path) -> None:
     # the medians differ by 17 % (past the factor and the floor) but the samples interleave
     base = [0.01, 0.05, 0.011, 0.06, 0.012, 0.07, 0.013, 0.08]
     cand = [0.02, 0.051, 0.021, 0.061, 0.022, 0.071, 0.023, 0.081]
-    r = cmp.gate(load(run(tmp_path, cand, "b")), opts(floor_s=0.001), base=load(run(tmp_path, base, "a"))).rows[0]
+    r = gt.gate(load(run(tmp_path, cand, "b")), opts(floor_s=0.001), base=load(run(tmp_path, base, "a"))).rows[0]
     assert r.ratio > 1.1 and r.cand_median - r.base_median > 0.001
     assert r.mark == "~" and r.verdict == "not significant" and r.p > 0.05
 
 
 def test_floor_hides_tiny_differences(tmp_path: Path) -> None:
     base, cand = load(run(tmp_path, FAST, "a")), load(run(tmp_path, [v + 0.005 for v in FAST], "b"))
-    assert cmp.gate(cand, opts(floor_s=0.01), base=base).rows[0].mark == " "
-    assert cmp.gate(cand, opts(floor_s=0.001, factor=1.1), base=base).rows[0].mark == "+"
+    assert gt.gate(cand, opts(floor_s=0.01), base=base).rows[0].mark == " "
+    assert gt.gate(cand, opts(floor_s=0.001, factor=1.1), base=base).rows[0].mark == "+"
 
 
 def test_insufficient_trials_is_exit_2_not_a_pass(tmp_path: Path) -> None:
     base, cand = load(run(tmp_path, FAST[:5], "a")), load(run(tmp_path, SLOW[:5], "b"))
-    result = cmp.gate(cand, opts(), base=base)
-    assert result.rows[0].mark == "?" and result.status == cmp.INSUFFICIENT
-    assert "INSUFFICIENT" in cmp.verdict_line(result)
+    result = gt.gate(cand, opts(), base=base)
+    assert result.rows[0].mark == "?" and result.status == gt.INSUFFICIENT
+    assert "INSUFFICIENT" in gt.verdict_line(result)
     # the threshold is the option's
-    assert cmp.gate(cand, opts(min_trials=5), base=base).status == cmp.REGRESSION
+    assert gt.gate(cand, opts(min_trials=5), base=base).status == gt.REGRESSION
 
 
 def test_new_failure_is_a_regression_on_its_own(tmp_path: Path) -> None:
     base = write_run(tmp_path, "demo", {"demo": [trial(0.01, 0.03)] * 3}, salt="a")
     cand = write_run(tmp_path, "demo", {"demo": [trial(0.01, 0.03)] * 2 + [trial(0.01, None, "hung")]}, salt="b")
-    result = cmp.gate(load(cand), opts(), base=load(base))
+    result = gt.gate(load(cand), opts(), base=load(base))
     assert result.rows[0].mark == "!" and "hung 1" in result.rows[0].note
-    assert result.status == cmp.REGRESSION
+    assert result.status == gt.REGRESSION
     # an outcome the baseline also had is not new (fail-stop fails every time)
     fs = write_run(tmp_path, "fs", {"demo": [trial(0.01, None)] * 7}, salt="c")
-    assert cmp.gate(load(fs), opts(), base=load(fs)).rows[0].mark != "!"
+    assert gt.gate(load(fs), opts(), base=load(fs)).rows[0].mark != "!"
 
 
 def test_pairing_by_hash_label_and_leftover(tmp_path: Path) -> None:
@@ -127,16 +128,16 @@ def test_run_differences_name_the_knob(tmp_path: Path) -> None:
 def test_slo_checks_every_trial(tmp_path: Path) -> None:
     path = write_run(tmp_path, "ci", {"ci": [trial(5.02, 0.53), trial(5.03, 0.52), trial(5.01, 0.55)]})
     r = load(path)
-    ok = cmp.check_slos(r, [SLOSpec(metric="ttd_s", stat="max", max=5.5), SLOSpec(metric="ttd_s", stat="min",
+    ok = gt.check_slos(r, [SLOSpec(metric="ttd_s", stat="max", max=5.5), SLOSpec(metric="ttd_s", stat="min",
                                                                                   min=4.9)])
     assert [s.ok for s in ok] == [True, True] and ok[0].value == 5.03 and ok[0].n == 3
-    bad = cmp.check_slos(r, [SLOSpec(metric="ttr_s", stat="p95", max=0.54)])
+    bad = gt.check_slos(r, [SLOSpec(metric="ttr_s", stat="p95", max=0.54)])
     assert not bad[0].ok
-    missing_point = cmp.check_slos(r, [SLOSpec(metric="ttd_s", max=9, point="nope")])
+    missing_point = gt.check_slos(r, [SLOSpec(metric="ttd_s", max=9, point="nope")])
     assert not missing_point[0].ok and "nope" in missing_point[0].note
     # a trial without the figure misses the service level (nobody detected the stall)
     holes = load(write_run(tmp_path / "h", "ci", {"ci": [trial(5.02, 0.5), trial(None, None, "hung")]}))
-    (row,) = cmp.check_slos(holes, [SLOSpec(metric="ttd_s", stat="max", max=5.5)])
+    (row,) = gt.check_slos(holes, [SLOSpec(metric="ttd_s", stat="max", max=5.5)])
     assert not row.ok and "1 of 2 trials have no ttd_s" in row.note and "hung 1" in row.note
 
 
@@ -152,9 +153,9 @@ def test_options_come_from_the_scenario_and_are_checked() -> None:
 
 def test_junit_xml(tmp_path: Path) -> None:
     base, cand = load(run(tmp_path, FAST, "a")), load(run(tmp_path, SLOW, "b"))
-    result = cmp.gate(cand, opts(), base=base, slos=[SLOSpec(metric="ttd_s", stat="max", max=1.0),
+    result = gt.gate(cand, opts(), base=base, slos=[SLOSpec(metric="ttd_s", stat="max", max=1.0),
                                                         SLOSpec(metric="ttd_s", stat="min", min=1.0)])
-    root = ET.fromstring(cmp.junit_xml(result))
+    root = ET.fromstring(gt.junit_xml(result))
     assert root.attrib["tests"] == "3" and root.attrib["failures"] == "2"
     cases = root.findall(".//testcase")
     assert cases[0].find("failure").attrib["type"] == "regression"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench import export
+from bench.results import export
 from bench.cli import cli
-from bench.rundata import load
-from bench.stats import median
+from bench.results.reader import load
+from bench.results.stats import median
 from tests.unit.runfactory import trial, write_run
 
 TTD = [0.010, 0.012, 0.011, 0.015, 0.013, 0.030, 0.014]

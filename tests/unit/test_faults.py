@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import ConfigError
-from bench.events import EventWriter, read_events
-from bench.scenario import load
-from bench.schedule import ScheduledFault, TrialState
+from bench.scenario.config import ConfigError
+from bench.results.events import EventWriter, read_events
+from bench.scenario.loader import load
+from bench.run.schedule import ScheduledFault, TrialState
 
 BASE = """
 [workload]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.metrics import fault_figures, summarize
+from bench.results.derive import fault_figures, trial_facts
 
 MS = 1_000_000
 
@@ -32,6 +32,7 @@ def train_end(ranks: list[int], t_ms: float, gen: int) -> list[dict[str, Any]]:
 
 def figures(events: list[dict[str, Any]], *, steps_total: int = 20, faults=(("kill", "2"),), **kw: Any):
     events = sorted(events, key=lambda e: e["t"])
+    kw.setdefault("phases", (("reconfigure", "reconfigured"), ("restore", "restore_end")))
     return fault_figures(events, faults=list(faults), steps=steps_total, warmup_steps=0, **kw)
 
 
@@ -148,13 +149,13 @@ def test_fault_free_trial_and_reference_figures() -> None:
     e = steps([0, 1], 1, 20, t0_ms=10, loss=0.5) + train_end([0, 1], 300, gen=0)
     (f,) = figures(e, faults=())
     assert f.kind == "none" and f.outcome == "completed"
-    s = summarize(sorted(e, key=lambda x: x["t"]), steps=20, warmup_steps=0)
+    s = trial_facts(sorted(e, key=lambda x: x["t"]), steps=20, warmup_steps=0)
     assert s.final_loss == pytest.approx(0.5) and s.ff_step_s == pytest.approx(0.01)
     assert s.completed and s.steps_done == 20
 
 
 def test_loss_delta_and_goodput_against_a_reference() -> None:
-    reference = summarize(steps([0, 1], 1, 20, t0_ms=10, every_ms=5, loss=0.2) + train_end([0, 1], 200, gen=0),
+    reference = trial_facts(steps([0, 1], 1, 20, t0_ms=10, every_ms=5, loss=0.2) + train_end([0, 1], 200, gen=0),
                           steps=20, warmup_steps=0)
     (f,) = figures(recovered_kill(), reference=reference)
     assert f.figures["loss_delta"] == pytest.approx(0.25 - 0.2)
@@ -164,7 +165,7 @@ def test_loss_delta_and_goodput_against_a_reference() -> None:
 
 
 def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
-    from bench.strategies.restart import Restart
+    from bench.strategies import STRATEGIES
 
     e = steps([0, 1, 2], 1, 10, t0_ms=10) + [
         ev(100.5, "inject", src="harness", fault=0, kind="kill", ranks=[1]),
@@ -181,7 +182,7 @@ def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
     ]
     e += steps([0, 1, 2], 6, 20, t0_ms=4400, gen=1)  # steps 6-10 replayed from the checkpoint of step 5
     e += train_end([0, 1, 2], 4600, gen=1)
-    (f,) = figures(e, faults=(("kill", "1"),), phases=Restart.phases)
+    (f,) = figures(e, faults=(("kill", "1"),), phases=STRATEGIES["restart"].phases)
     assert f.outcome == "recovered"
     assert f.figures["steps_lost"] == 5
     expected = {"detect": 9.5, "agent": 90, "teardown": 5, "rendezvous": 295, "spawn": 10, "import": 2690,

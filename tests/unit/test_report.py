@@ -13,7 +13,7 @@ from bench.cli import cli
 from bench.report import make_report
 from bench.report.series import build_series, representative_trial, run_tags, trial_marks
 from bench.report.tables import summary
-from bench.rundata import load, save_baseline
+from bench.results.reader import load, save_baseline
 from tests.unit.runfactory import trial, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import ConfigError
-from bench.scenario import load, point_hash, points
-from bench.sweep import parse_override
+from bench.scenario.config import ConfigError
+from bench.scenario.loader import load, point_hash, points
+from bench.scenario.overrides import parse_override
 
 GOOD = """
 name = "t"
@@ -150,7 +150,7 @@ def test_defaults_fill_a_minimal_file(write_scenario) -> None:
 
 
 def test_named_scenarios_are_valid() -> None:
-    from bench import catalogue
+    from bench.scenario import catalogue
 
     names = catalogue.named()
     assert {"kill-one-rank", "stall-one-rank", "allreduce-kill"} <= set(names)

@@ -12,8 +12,8 @@ from math import comb
 
 import pytest
 
-from bench.stats import (EXACT_MAX_N, mann_whitney_u, median, median_ci, percentile, present, quantile_ci,
-                         statistic, summarize, u_distribution)
+from bench.results.stats import (EXACT_MAX_N, mann_whitney_u, median, median_ci, percentile, present, quantile_ci,
+                         statistic, describe, u_distribution)
 
 
 @pytest.mark.parametrize("x, y, u, p", [
@@ -123,9 +123,9 @@ def test_quantile_ci_upper_quantile() -> None:
 def test_present_and_summary_count_only_existing_values() -> None:
     vals = [1.0, float("nan"), None, 3.0, 2.0]
     assert present(vals) == [1.0, 3.0, 2.0]
-    s = summarize(vals)
+    s = describe(vals)
     assert s.n == 3 and s.median == 2.0 and s.min == 1.0 and s.max == 3.0 and not s.ci.exists
-    empty = summarize([float("nan")])
+    empty = describe([float("nan")])
     assert empty.n == 0 and math.isnan(empty.median)
 
 

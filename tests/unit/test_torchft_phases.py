@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from bench.config import ConfigError
-from bench.metrics import fault_figures, summarize
-from bench.scenario import parse
-from bench.strategies.torchft import TorchFT, ddp_workaround_needed, parse_quorum_line
+from bench.scenario.config import ConfigError
+from bench.results.derive import fault_figures, trial_facts
+from bench.scenario.loader import parse
+from bench.strategies import STRATEGIES
+from bench.strategies.torchft.lighthouse import parse_quorum_line
+from bench.strategies.torchft.version import ddp_workaround_needed
 
 MS = 1_000_000
 STEPS = 60
@@ -79,7 +81,7 @@ def kill_trial(*, survivors_saw_error: bool = True) -> list[dict[str, Any]]:
 
 
 def figures(events: list[dict[str, Any]], **kw: Any):
-    (f,) = fault_figures(events, faults=[("kill", "2")], steps=STEPS, warmup_steps=0, phases=TorchFT.phases, **kw)
+    (f,) = fault_figures(events, faults=[("kill", "2")], steps=STEPS, warmup_steps=0, phases=STRATEGIES["torchft"].phases, **kw)
     return f
 
 
@@ -114,7 +116,7 @@ def reference_trial() -> list[dict[str, Any]]:
 def test_shares_of_a_step_sum_to_the_global_loss_for_loss_delta() -> None:
     """A healing replica's share is 0 and the others' scale up: every step sums to 0.3, so
     a recovered run compares with the fault-free reference on the same footing."""
-    reference = summarize(reference_trial(), steps=STEPS, warmup_steps=0)
+    reference = trial_facts(reference_trial(), steps=STEPS, warmup_steps=0)
     assert reference.final_loss == pytest.approx(0.3)
     f = figures(kill_trial(), reference=reference)
     assert f.figures["loss_delta"] == pytest.approx(0.0, abs=1e-12)

@@ -1,0 +1,114 @@
+"""What a run ran on: versions, machine, knobs and the clock, for ``run.json``.
+
+Reports compare the same scenario across versions, so every run records the stack it
+measured, down to the environment variables that change NCCL's or gloo's behaviour.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import bench
+from bench.results.events import CLOCK
+
+KNOB = re.compile(r"^(NCCL_|TORCH_NCCL_|TORCH_DISTRIBUTED_|TORCH_GLOO_|GLOO_|TORCHELASTIC_|TORCHFT_|"
+                  r"TORCH_DISABLE_|OMP_NUM_THREADS$|MASTER_|CUDA_VISIBLE_DEVICES$|RUST_LOG$)")
+
+
+def package_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def versions() -> dict[str, Any]:
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:
+            nccl = None
+    return {
+        "ftbench": bench.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "torchft": package_version("torchft-nightly", "torchft"),
+    }
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    mem = None
+    try:
+        with open("/proc/meminfo") as fh:
+            mem = int(fh.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": mem,
+        "gpus": gpus,
+        "root": os.geteuid() == 0,
+    }
+
+
+def knobs() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if KNOB.match(k)}
+
+
+def clock() -> dict[str, Any]:
+    info = time.get_clock_info("monotonic")
+    return {
+        "clock": CLOCK,
+        "implementation": info.implementation,
+        "resolution_s": info.resolution,
+        "note": "figures are differences of one host's monotonic clock; an injection is "
+                "stamped just before kill(2) and t_sent just after (see inject events)",
+    }
+
+
+def commit() -> str:
+    """Short commit of the ftbench source, ``+dirty`` if modified; ``nogit`` outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        if not sha:
+            return "nogit"
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "nogit"
+
+
+def resolve_backend(requested: str, world_size: int) -> str:
+    """``auto``: NCCL when every local rank can have a GPU of its own, else gloo."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "auto":
+        return "nccl" if gpus >= world_size else "gloo"
+    if requested == "nccl" and gpus < world_size:
+        raise RuntimeError(f"backend 'nccl' needs {world_size} GPUs (one per rank); this machine has {gpus}")
+    return requested

@@ -1,0 +1,106 @@
+"""Process hygiene: every process a trial starts dies with it, and with the harness.
+
+Three mechanisms, each covering what the others cannot:
+
+1. ``PR_SET_PDEATHSIG``: a process started by the harness (or by the forkserver) is sent
+   SIGKILL by the kernel the moment its parent dies, even when the parent was SIGKILLed.
+2. A marker in the environment: every process of a run inherits ``FTBENCH_RUN=<id>``
+   (exec'd programs such as the torchrun agent and its workers keep it), so the run's
+   processes can be found in ``/proc`` even after they were re-parented to init.
+3. The guard (:mod:`bench.procs.guard`), a small process outside the harness' process tree
+   that sweeps the marker when the harness disappears without cleaning up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+MARKER = "FTBENCH_RUN"
+_PR_SET_PDEATHSIG = 1
+
+
+def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies.
+
+    If the parent is already gone (it died between our fork and this call), exit now:
+    the signal would never come.
+    """
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent or parent == 1:
+        os._exit(1)
+
+
+def redirect_output(path: str | Path) -> None:
+    """Send this process's stdout and stderr (C++ logs included) to a file: what a
+    rank, the store or a replica prints belongs beside its event log, not on the console."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def marked() -> dict[int, str]:
+    """pid -> run id of every process whose environment at exec carried the marker."""
+    prefix = f"{MARKER}=".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(prefix):
+                found[int(entry.name)] = item[len(prefix):].decode(errors="replace")
+                break
+    return found
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """Live processes of one run."""
+    return [pid for pid, run in marked().items() if run == run_id and alive(pid)]
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def kill_all(pids: Iterable[int], *, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL every pid and wait until none is alive; returns those that outlived the wait.
+
+    SIGKILL also ends stopped (SIGSTOP) processes, so a stalled rank cannot survive it.
+    Zombies are the parents' to reap: they hold no resources but a pid.
+    """
+    pids = [p for p in set(pids) if p != os.getpid()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def sweep(run_id: str, *, keep: Iterable[int] = ()) -> list[int]:
+    """Kill every process of run ``run_id`` except ``keep``; returns pids that survived."""
+    spared = set(keep) | {os.getpid()}
+    return kill_all(p for p in marked_pids(run_id) if p not in spared)

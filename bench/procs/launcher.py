@@ -1,0 +1,203 @@
+"""The local launcher: a run's process infrastructure and one trial's processes.
+
+:class:`ProcessHost` lives for a whole run: it marks the run (``FTBENCH_RUN``), starts
+the guard, and owns the forkserver that ranks are forked from. :class:`LocalLauncher`
+lives for one trial: it starts the c10d store in a process of its own (so a rank's death
+never takes the rendezvous with it, and the store can itself be a fault target), starts
+rank processes, and reports their exits as they happen.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.procs.hygiene import MARKER, redirect_output, set_pdeathsig, sweep
+from bench.results.events import EventWriter
+
+
+class LaunchError(RuntimeError):
+    """The launcher could not bring up a trial's processes."""
+
+
+class ProcessHost:
+    """Run-wide: marker, guard and forkserver. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self.run_id = uuid.uuid4().hex[:16]
+        os.environ[MARKER] = self.run_id
+        self.guard = subprocess.Popen(
+            [sys.executable, "-m", "bench.procs.guard", self.run_id, str(os.getpid())],
+            stdin=subprocess.PIPE, start_new_session=True,
+        )
+        self._contexts: dict[str, Any] = {}
+
+    def context(self, start_method: str) -> Any:
+        """The multiprocessing context for ranks (the forkserver starts on first use)."""
+        ctx = self._contexts.get(start_method)
+        if ctx is None:
+            ctx = multiprocessing.get_context(start_method)
+            if start_method == "forkserver":
+                ctx.set_forkserver_preload(["bench.procs.zygote"])
+                multiprocessing.forkserver.ensure_running()
+            self._contexts[start_method] = ctx
+        return ctx
+
+    def infrastructure(self) -> set[int]:
+        """Pids that outlive trials: the guard and the forkserver."""
+        pids = {self.guard.pid}
+        tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
+        if tracker:
+            pids.add(tracker)
+        fs_pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+        if "forkserver" in self._contexts and fs_pid:
+            pids.add(fs_pid)
+        return pids
+
+    def sweep_trial(self) -> list[int]:
+        """Kill whatever a trial left behind (re-parented orphans included)."""
+        return sweep(self.run_id, keep=self.infrastructure())
+
+    def close(self) -> None:
+        sweep(self.run_id, keep={self.guard.pid})
+        self._contexts.clear()
+        if self.guard.stdin is not None:
+            self.guard.stdin.close()
+        try:
+            self.guard.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.guard.kill()
+        os.environ.pop(MARKER, None)
+
+    def __enter__(self) -> ProcessHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def store_main(port_file: str, events_dir: str) -> None:
+    """Body of the store process: host a c10d TCPStore until killed."""
+    set_pdeathsig()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # c10d logs a warning per client it cannot name (clients in network namespaces).
+    redirect_output(Path(events_dir) / "store.log")
+    import datetime
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
+                          timeout=datetime.timedelta(hours=1))
+    EventWriter(Path(events_dir) / f"store-{os.getpid()}.jsonl", src="store", pid=os.getpid()).emit(
+        "proc_start", role="store", port=store.port)
+    publish(port_file, str(store.port))
+    while True:
+        signal.pause()
+
+
+def publish(path: str, text: str) -> None:
+    """Hand a value (a port, an address) to the parent: written whole, then renamed, so
+    the parent never reads half of it (see :meth:`LocalLauncher.await_file`)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.rename(tmp, path)
+
+
+@dataclass
+class RankProcess:
+    rank: int
+    process: Any
+    exitcode: int | None = None
+
+
+@dataclass
+class LocalLauncher:
+    """One trial's store and rank processes on this host."""
+
+    host: ProcessHost
+    start_method: str
+    trial_dir: Path
+    events_dir: Path
+    ranks: list[RankProcess] = field(default_factory=list)
+    store_process: Any = None
+    store_port: int = 0
+
+    def __post_init__(self) -> None:
+        self.ctx = self.host.context(self.start_method)
+
+    def start_store(self, timeout_s: float = 60.0) -> int:
+        port_file = self.trial_dir / "store.port"
+        port_file.unlink(missing_ok=True)
+        self.store_process = self.ctx.Process(target=store_main, args=(str(port_file), str(self.events_dir)),
+                                              name="ftbench-store", daemon=False)
+        self.store_process.start()
+        self.store_port = int(self.await_file(self.store_process, port_file, "the store", timeout_s))
+        return self.store_port
+
+    @staticmethod
+    def await_file(process: Any, path: Path, what: str, timeout_s: float) -> str:
+        """Wait for ``process`` to :func:`publish` ``path``; its text (the file is removed)."""
+        deadline = time.monotonic() + timeout_s
+        while not path.exists():
+            if not process.is_alive():
+                raise LaunchError(f"{what} exited with code {process.exitcode}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"{what} did not start within {timeout_s:.0f} s")
+            time.sleep(0.005)
+        text = path.read_text().strip()
+        path.unlink()
+        return text
+
+    def store_client(self) -> Any:
+        """The harness's own connection to the trial's store (the agent's)."""
+        import datetime
+
+        import torch.distributed as dist
+
+        return dist.PrefixStore("ftb", dist.TCPStore("127.0.0.1", self.store_port, None, False,
+                                                     timeout=datetime.timedelta(seconds=30)))
+
+    def start_rank(self, rank: int, target: Any, *args: Any) -> RankProcess:
+        process = self.ctx.Process(target=target, args=args, name=f"ftbench-rank{rank}", daemon=False)
+        process.start()
+        rp = RankProcess(rank=rank, process=process)
+        self.ranks.append(rp)
+        return rp
+
+    def running(self) -> list[RankProcess]:
+        return [r for r in self.ranks if r.exitcode is None]
+
+    def wait(self, timeout_s: float) -> list[RankProcess]:
+        """Block up to ``timeout_s`` for rank exits; return the ranks that just exited."""
+        live = self.running()
+        if not live:
+            return []
+        ready = multiprocessing.connection.wait([r.process.sentinel for r in live], timeout=timeout_s)
+        exited = []
+        for r in live:
+            if r.process.sentinel in ready:
+                r.process.join()
+                r.exitcode = r.process.exitcode
+                exited.append(r)
+        return exited
+
+    def close(self) -> None:
+        """Kill everything of the trial and reap it."""
+        self.host.sweep_trial()
+        for proc in [r.process for r in self.ranks] + ([self.store_process] if self.store_process else []):
+            proc.join(timeout=10)
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join(timeout=10)

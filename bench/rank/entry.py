@@ -1,0 +1,159 @@
+"""Entry point of every rank process, whatever launched it.
+
+The first event (``proc_start``, with the pid) is written before torch is imported, so
+the harness can target a rank the moment it exists and the import time is visible.
+
+Exit codes of a rank: 0 finished, 1 failed (the strategy gave up), 3 crashed (an
+exception escaped; its traceback is in the event log), 4 left the job cleanly (left out
+of the next generation, or stopped because the job is over without it); a supervisor
+does not count 0 or 4 as a fault.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.procs.hygiene import redirect_output, set_pdeathsig
+from bench.results.events import EventWriter
+from bench.scenario.registry import load_path
+
+if TYPE_CHECKING:
+    import torch
+
+    from bench.rank.comm import Hook
+    from bench.scenario.model import RecoverySpec, WorkloadSpec
+
+EXIT_OK, EXIT_FAILED, EXIT_CRASHED, EXIT_LEFT = 0, 1, 3, 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookSpec:
+    """A rank-side fault hook to install: armed by the signal of fault ``index``."""
+
+    index: int
+    kind: str
+    impl: str
+    """``module:Class`` of the hook (:mod:`injectors.rankside`)."""
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankSpec:
+    """Everything a rank needs, picklable (sent through the forkserver or a file).
+
+    Plug-in code is named by ``module:attribute`` paths resolved by the harness, so a
+    rank imports exactly what it runs and never looks anything up in a registry.
+    """
+
+    rank: int
+    """Stable id (launch rank)."""
+    members: tuple[int, ...]
+    """Ids of the world the rank joins."""
+    store_port: int = 0
+    """The launcher's store (0: the world comes from torchrun's ``env://``)."""
+    store_host: str = "127.0.0.1"
+    store_prefix: str = "ftb"
+    events_dir: str
+    entry: str
+    """``module:function(spec, events) -> exit code``: the strategy's rank main."""
+    policy: str = ""
+    """``module:Class`` of the strategy's :class:`~bench.rank.policy.RankPolicy`, for
+    ranks that run the shared loop (:func:`bench.rank.loop.train`)."""
+    workload: WorkloadSpec
+    """The point's workload; its implementation is ``workload_impl``."""
+    workload_impl: str
+    recovery: RecoverySpec
+    """The point's strategy and its knobs."""
+    backend: str
+    """Resolved backend (``gloo`` or ``nccl``)."""
+    seed: int
+    wait_s: float
+    """Upper bound of any wait of the rank (the trial deadline)."""
+    role: str = "initial"
+    hooks: tuple[HookSpec, ...] = ()
+    """Rank-side fault hooks (none in a fault-free reference trial)."""
+    checkpoint_dir: str = ""
+    """Where a strategy that checkpoints to disk keeps its checkpoint (the trial's directory)."""
+    netns: str = ""
+    """Network namespace of the rank's host (entered before any socket exists)."""
+    pdeathsig: bool = True
+    """Die with the parent. Off for torchrun's workers: whether they outlive a dead agent
+    is part of the behaviour under test (the guard still sweeps them)."""
+
+
+def main(spec: RankSpec) -> None:
+    if spec.pdeathsig:
+        set_pdeathsig()
+    # c10d and gloo warnings, a crash's traceback: beside the event log, off the console.
+    redirect_output(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.log")
+    if spec.netns:
+        from injectors.link.netns import enter
+
+        enter(spec.netns)
+        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+    events = EventWriter(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl",
+                         src="rank", rank=spec.rank, pid=os.getpid())
+    events.emit("proc_start", role=spec.role)
+    code = EXIT_CRASHED
+    try:
+        entry = load_path(spec.entry)
+        events.emit("import_done")
+        code = int(entry(spec, events))
+    except BaseException as err:  # the record matters more than the exception type
+        events.emit("crash", error=f"{type(err).__name__}: {err}"[:500], traceback=traceback.format_exc()[-2000:])
+    finally:
+        events.emit("proc_exit", exitcode=code)
+        events.close()
+    os._exit(code)
+
+
+def store_client(spec: RankSpec) -> Any:
+    """A rank's connection to the launcher's store (torch is imported here, not above:
+    this module runs before the rank imports torch)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.PrefixStore(spec.store_prefix, dist.TCPStore(
+        spec.store_host, spec.store_port, None, False, timeout=datetime.timedelta(seconds=spec.wait_s)))
+
+
+def device(spec: RankSpec) -> torch.device:
+    """The rank's device: its own GPU with NCCL (``LOCAL_RANK`` under torchrun), else CPU."""
+    import torch
+
+    if spec.backend == "nccl":
+        index = int(os.environ.get("LOCAL_RANK", spec.rank)) % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def install_hooks(spec: RankSpec, events: EventWriter) -> Sequence[Hook]:
+    """The spec's rank-side fault hooks, armed by their real-time signals."""
+    from injectors.rankside import install
+
+    hooks = []
+    for h in spec.hooks:
+        def emit(event: str, _h: HookSpec = h, **fields: Any) -> None:
+            events.emit(event, fault=_h.index, kind=_h.kind, ranks=[spec.rank], **fields)
+
+        hook = load_path(h.impl)(emit=emit, seed=spec.seed * 7919 + spec.rank * 31 + h.index, **h.params)
+        hooks.append((h.index, hook))
+    install(hooks)
+    return [hook for _, hook in hooks]
+
+
+if __name__ == "__main__":
+    # A worker started by torchrun: ``python -m bench.rank.entry SPEC.pkl``; the rank
+    # comes from torchrun's environment, the rest from the spec the harness wrote.
+    with open(sys.argv[1], "rb") as fh:
+        template: RankSpec = pickle.load(fh)
+    main(replace(template, rank=int(os.environ["RANK"])))

@@ -1,0 +1,66 @@
+"""The rank-side training loop, the same for every strategy that runs it.
+
+It runs ``workload.steps`` steps and records them (``step_end``) and every failure it
+sees (``detect``, how it was noticed). What a failure means, how a world is formed and
+what happens between steps is the strategy's :class:`~bench.rank.policy.RankPolicy`.
+
+Exit codes: see :mod:`bench.rank.entry`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from bench.rank.comm import CollectiveError
+from bench.rank.entry import RankSpec, device, install_hooks
+from bench.rank.policy import Position, RankPolicy
+from bench.results.events import EventWriter
+from bench.scenario.registry import load_path
+from bench.workloads.base import Workload
+
+#: Objects that own process groups of past generations. They are never freed: a gloo
+#: group's destructor joins a worker thread that may wait on a dead peer until its
+#: timeout (or forever). The rank process ends with ``os._exit``, running no destructor.
+RETIRED: list[Any] = []
+
+
+def train(spec: RankSpec, events: EventWriter) -> int:
+    """Train ``workload.steps`` steps under the spec's policy; returns the exit code."""
+    torch.set_num_threads(1)
+    hooks = install_hooks(spec, events)
+    policy: RankPolicy = load_path(spec.policy)(spec, events, hooks)
+    wl = spec.workload
+    workload: Workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size,
+                                                        device=device(spec))
+    RETIRED.append(workload)
+    events.emit("workload_ready")
+    pos = policy.start(workload)
+    if pos is None:
+        return 0
+    events.emit("train_start", gen=pos.world.gen, world_size=pos.world.size, step=pos.step)
+    while pos.step <= wl.steps:
+        started = time.perf_counter()
+        try:
+            fields = workload.step(pos.step)
+        except (CollectiveError, RuntimeError) as exc:
+            err = pos.comm.as_failure(exc)
+            if err is None:
+                raise
+            events.emit("detect", how=err.how, error=str(err)[:300], gen=pos.world.gen, step=pos.step)
+            answer = policy.on_failure(pos, err, workload)
+        else:
+            world = pos.world
+            events.emit("step_end", step=pos.step, step_s=time.perf_counter() - started, gen=world.gen,
+                        world_size=world.size, group_rank=world.group_rank, **fields)
+            answer = policy.after_step(Position(world=world, comm=pos.comm, step=pos.step, committed=pos.step),
+                                       workload)
+        if isinstance(answer, int):
+            return answer
+        pos = answer
+    policy.finish(pos)
+    events.emit("train_end", step=pos.committed, gen=pos.world.gen, world_size=pos.world.size,
+                **workload.checksum())
+    return 0

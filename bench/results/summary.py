@@ -1,0 +1,103 @@
+"""Per-point statistics and the tables ``ftbench run`` prints.
+
+Only figures that exist are summarised: a NaN (a figure the outcome does not have) is
+left out of the median, and the count ``n`` says how many trials a statistic rests on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from bench.scenario.figures import figure, is_figure, is_phase, outcomes_text
+
+#: Trial-level figures summarised beside the per-fault ones (a checkpoint's cost is the
+#: other side of restart's steps_lost).
+SUMMARISED_TRIAL_FIGURES = ("checkpoint_s",)
+
+
+def _is_stat(col: str) -> bool:
+    return is_figure(col) and (figure(col).per == "fault" or col in SUMMARISED_TRIAL_FIGURES)
+
+
+def frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as a table whose figure columns are numbers (NaN where a figure does not exist)."""
+    df = pd.DataFrame(list(rows))
+    for col in df.columns:
+        if is_figure(col):
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def point_stats(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{point_hash: {label, strategy, outcomes, figures: {name: {n, median, min, max}}}}``
+    over the fault trials (reference runs excluded)."""
+    df = frame(rows)
+    if df.empty:
+        return {}
+    if "reference" in df:
+        df = df[~df["reference"].astype(bool)]
+    stats: dict[str, dict[str, Any]] = {}
+    figure_cols = [c for c in df.columns if _is_stat(c)]
+    for point_hash, group in df.groupby("point_hash", sort=False):
+        figures = {}
+        for col in figure_cols:
+            values = group[col].dropna()
+            figures[col] = {
+                "n": int(values.size),
+                "median": float(values.median()) if values.size else None,
+                "min": float(values.min()) if values.size else None,
+                "max": float(values.max()) if values.size else None,
+            }
+        stats[str(point_hash)] = {
+            "label": str(group["label"].iloc[0]),
+            "strategy": str(group["strategy"].iloc[0]),
+            "fault": ",".join(sorted(set(map(str, group["fault"])))),
+            "trials": int(group["trial"].nunique()),
+            "outcomes": {str(k): int(v) for k, v in group["outcome"].value_counts().items()},
+            "figures": figures,
+        }
+    return stats
+
+
+def format_point(stats: dict[str, Any], point_hash: str) -> str:
+    """A small table of one point: figure, n, median, min, max (seconds unless a ratio)."""
+    outcomes = outcomes_text(stats["outcomes"])
+    lines = [f"{stats['label']}  [{stats['strategy']}, {stats['trials']} trials, point {point_hash[:12]}]",
+             f"  outcomes: {outcomes}",
+             f"  {'figure':<26}{'n':>3}{'median':>11}{'min':>11}{'max':>11}"]
+    for name, fig in stats["figures"].items():
+        if fig["n"] == 0 and (is_phase(name) or name in SUMMARISED_TRIAL_FIGURES):
+            continue
+        lines.append(f"  {name:<26}{fig['n']:>3}{_num(fig['median'])}{_num(fig['min'])}{_num(fig['max'])}")
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{'-':>11}"
+    if value == 0 or 1e-3 <= abs(value) < 1e5:
+        return f"{value:>11.4f}"
+    return f"{value:>11.3e}"
+
+
+SIDE_BY_SIDE = ("ttd_s", "ttd_all_s", "ttr_s", "downtime_s", "steps_lost", "goodput", "degraded_step_ratio",
+                "loss_delta", "ttfs_s", "checkpoint_s")
+
+
+def format_side_by_side(stats: dict[str, dict[str, Any]], figures: Sequence[str] = SIDE_BY_SIDE) -> str:
+    """One line per point: outcomes and the median of each figure (``-`` where none exists)."""
+    labels = [s["label"] for s in stats.values()]
+    width = max([len(x) for x in labels] + [5])
+    outcomes = [outcomes_text(s["outcomes"]) for s in stats.values()]
+    owidth = max([len(o) for o in outcomes] + [8])
+    shown = [f for f in figures if any(s["figures"].get(f, {}).get("n") for s in stats.values())]
+    head = f"{'point':<{width}}  {'outcomes':<{owidth}}" + "".join(f"{f:>{max(11, len(f) + 2)}}" for f in shown)
+    lines = ["medians per point:", head]
+    for s, out in zip(stats.values(), outcomes):
+        cells = "".join(_num(s["figures"].get(f, {}).get("median")).rjust(max(11, len(f) + 2)) for f in shown)
+        lines.append(f"{s['label']:<{width}}  {out:<{owidth}}{cells}")
+    return "\n".join(lines)

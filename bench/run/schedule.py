@@ -1,0 +1,168 @@
+"""When faults fire and whom they hit, from what the harness sees of a running trial.
+
+:class:`TrialState` follows the event logs (which process is which rank or component,
+how far training got). :class:`ScheduledFault` turns one ``[[faults]]`` entry into
+firings: it evaluates the trigger, resolves the target to live processes (random
+choices come from a generator seeded by the scenario seed, the trial and the fault, so
+a trial's chaos schedule can be replayed), calls the injector and undoes transient
+faults when their time is up. Every firing is an event: ``inject`` (or ``arm`` for
+rank-side faults, whose hook records ``inject`` itself when it acts), ``fault_end``, or
+``inject_skipped`` with the reason when no live target was left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.results.events import Event, EventWriter
+from bench.scenario.faults import FAULTS, COMPONENTS, FaultSpec
+from injectors.base import Target
+from injectors.rankside import Arm
+
+
+@dataclass
+class TrialState:
+    """What the harness knows of a running trial, from the events so far."""
+
+    pids: dict[int, int] = field(default_factory=dict)
+    """Launch rank -> pid of its newest process."""
+    components: dict[str, int] = field(default_factory=dict)
+    """Control-plane component (store, lighthouse, agent) -> pid."""
+    exited: set[int] = field(default_factory=set)
+    max_step: int = 0
+    first_step_t: int | None = None
+
+    def feed(self, e: Event) -> None:
+        kind, src = e["event"], e.get("src")
+        if kind == "proc_start" and src == "rank":
+            self.pids[int(e["rank"])] = int(e["pid"])
+        elif kind == "proc_start" and src in COMPONENTS:
+            self.components[str(src)] = int(e["pid"])
+        elif kind == "proc_exit" and src == "rank":
+            self.exited.add(int(e["pid"]))
+        elif kind == "step_end":
+            self.max_step = max(self.max_step, int(e["step"]))
+            if self.first_step_t is None:
+                self.first_step_t = e["t"]
+
+    def live_ranks(self) -> list[int]:
+        return sorted(r for r, pid in self.pids.items() if pid not in self.exited)
+
+    def live_pids(self, ranks: list[int]) -> list[int]:
+        return [self.pids[r] for r in ranks if r in self.pids and self.pids[r] not in self.exited]
+
+
+@dataclass
+class Firing:
+    injector: Any
+    t: int
+    undo_at: int | None
+
+
+class ScheduledFault:
+    """One ``[[faults]]`` entry of a trial: its trigger, its target, its firings."""
+
+    def __init__(self, index: int, spec: FaultSpec, *, seed: int, trial: int, ranks_per_host: int,
+                 namespaces: dict[int, str] | None = None) -> None:
+        self.index = index
+        self.spec = spec
+        self.kind = FAULTS[spec.kind]
+        self.rng = random.Random(f"{seed}:{trial}:{index}")
+        self.ranks_per_host = ranks_per_host
+        self.namespaces = namespaces or {}
+        self.fired = 0
+        self.firings: list[Firing] = []
+        self._last_step_seen = 0
+        trig = spec.trigger
+        self._arrivals: list[float] = []
+        if trig.mtbf_s is not None:
+            t = 0.0
+            for _ in range(trig.count):
+                t += self.rng.expovariate(1.0 / trig.mtbf_s)
+                self._arrivals.append(t)
+
+    @property
+    def limit(self) -> int:
+        return self.spec.trigger.count
+
+    def poll(self, state: TrialState, now: int, harness: EventWriter) -> None:
+        for firing in self.firings:
+            if firing.undo_at is not None and now >= firing.undo_at:
+                self._undo(firing, harness)
+        if self.fired < self.limit and self._due(state, now):
+            self._fire(state, harness)
+
+    def undo_all(self, harness: EventWriter) -> None:
+        for firing in self.firings:
+            if firing.undo_at is not None:
+                self._undo(firing, harness)
+
+    def _due(self, state: TrialState, now: int) -> bool:
+        trig = self.spec.trigger
+        if trig.at_step is not None:
+            return state.max_step >= trig.at_step
+        if state.first_step_t is None:
+            return False
+        since = (now - state.first_step_t) / 1e9
+        if trig.after_s is not None:
+            return since >= trig.after_s
+        if trig.every_s is not None:
+            return since >= trig.every_s * (self.fired + 1)
+        if trig.mtbf_s is not None:
+            return since >= self._arrivals[self.fired]
+        if trig.probability is not None:
+            new_steps = state.max_step - self._last_step_seen
+            self._last_step_seen = state.max_step
+            return any(self.rng.random() < trig.probability for _ in range(new_steps))
+        return False
+
+    def _targets(self, state: TrialState) -> tuple[list[int], list[int], str | None]:
+        """(ranks, pids, component) hit by this firing."""
+        t = self.spec.target
+        if t.component is not None:
+            pid = state.components.get(t.component)
+            return [], ([pid] if pid else []), t.component
+        live = state.live_ranks()
+        if t.ranks:
+            ranks = list(t.ranks)
+        elif t.host is not None:
+            ranks = list(range(t.host * self.ranks_per_host, (t.host + 1) * self.ranks_per_host))
+        elif t.one:
+            ranks = [self.rng.choice(live)] if live else []
+        else:
+            assert t.fraction is not None
+            ranks = sorted(self.rng.sample(live, max(1, round(t.fraction * len(live))))) if live else []
+        return ranks, state.live_pids(ranks), None
+
+    def _fire(self, state: TrialState, harness: EventWriter) -> None:
+        self.fired += 1
+        ranks, pids, component = self._targets(state)
+        common = dict(fault=self.index, kind=self.spec.kind, firing=self.fired, ranks=ranks, pids=pids,
+                      step=state.max_step, **({"component": component} if component else {}))
+        if not pids:
+            harness.emit("inject_skipped", reason="no live process to hit", **common)
+            return
+        if self.kind.rank_side:
+            injector: Any = Arm(fault_index=self.index)
+        else:
+            injector = self.kind.load()(**dataclasses.asdict(self.spec.params))
+        target = Target(ranks=ranks, pids=pids,
+                        namespaces=sorted({self.namespaces[r] for r in ranks if r in self.namespaces}))
+        t = time.monotonic_ns()
+        detail = injector.inject(target)
+        t_sent = time.monotonic_ns()
+        duration = getattr(injector, "duration_s", None)
+        self.firings.append(Firing(injector=injector, t=t, undo_at=None if duration is None else t + int(duration * 1e9)))
+        detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
+        harness.emit("arm" if self.kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
+
+    def _undo(self, firing: Firing, harness: EventWriter) -> None:
+        t = time.monotonic_ns()
+        firing.injector.undo()
+        firing.undo_at = None
+        report = getattr(firing.injector, "report", None)
+        harness.emit("fault_end", t=t, fault=self.index, kind=self.spec.kind, **({"report": report} if report else {}))

@@ -1,0 +1,142 @@
+"""The fault model: kinds, targets and triggers of a scenario's ``[[faults]]``.
+
+A fault kind pairs its knobs (validated from the scenario) with the injector in
+:mod:`injectors` that carries it out; the scenario names the fault, the injector picks
+the mechanism. Faults that act *inside* a rank (a hang in a collective, a bit flip in a
+gradient bucket) also name their rank-side hook: the harness arms it with a real-time
+signal and the rank records the injection at the moment the hook acts.
+
+Each module of this package declares one family of kinds; a new kind is a new module
+(or an entry in its family's), found by :func:`bench.scenario.registry.discover`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bench.scenario.config import ConfigError, bounded, to_dict
+from bench.scenario.registry import Plugin, Registry
+
+Family = Literal["process", "hang", "slow", "collective", "data", "link"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FaultKind(Plugin):
+    family: Family
+    """Taxonomy family (docs/design.md): process, hang, slow, collective, data, link."""
+    rank_side: str | None = None
+    """``module:Class`` of the hook the rank runs, for faults that act inside a rank."""
+    hits_components: bool = False
+    """Whether ``target = { component = ... }`` makes sense: signals reach any process,
+    hooks and links only ranks and their hosts (control-plane faults are process faults
+    aimed at a component)."""
+
+
+FAULTS: Registry[FaultKind] = Registry("fault kind")
+
+COMPONENTS = ("store", "lighthouse", "agent")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TargetSpec:
+    ranks: tuple[int, ...] = ()
+    """Launch ranks to hit (stable ids: rank 2 stays "2" after a shrink renumbers it)."""
+    one: bool = False
+    """One live rank, drawn at random (seeded by measure.seed, the trial and the fault)
+    every time the fault fires."""
+    fraction: float | None = bounded(None, gt=0, lt=1)
+    """A random subset of the live ranks of this size (at least one), drawn likewise."""
+    host: int | None = bounded(None, ge=0)
+    """Every rank of host ``host`` (``launch.ranks_per_host`` ranks each): node loss."""
+    component: Literal["store", "lighthouse", "agent"] | None = None
+    """A control-plane process: the launcher's c10d store, the torchft lighthouse or
+    torchrun's elastic agent (which of them exist depends on the strategy)."""
+
+    def kinds(self) -> list[str]:
+        chosen = {"ranks": bool(self.ranks), "one": self.one, "fraction": self.fraction is not None,
+                  "host": self.host is not None, "component": self.component is not None}
+        return [k for k, v in chosen.items() if v]
+
+    def text(self) -> str:
+        """How trials.csv names a target before it is resolved (random targets vary)."""
+        if self.ranks:
+            return ",".join(map(str, self.ranks))
+        if self.host is not None:
+            return f"host{self.host}"
+        if self.component is not None:
+            return self.component
+        return "one" if self.one else f"fraction{self.fraction:g}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TriggerSpec:
+    at_step: int | None = bounded(None, ge=1)
+    """Fire once any rank has finished this step."""
+    after_s: float | None = bounded(None, ge=0)
+    """Fire this many seconds after the first step of the trial finished."""
+    every_s: float | None = bounded(None, gt=0)
+    """Fire every this many seconds (the first time ``every_s`` after the first step)."""
+    mtbf_s: float | None = bounded(None, gt=0)
+    """Fire at random, exponentially distributed intervals of this mean (seeded): the
+    chaos schedule of TorchFT's punisher."""
+    probability: float | None = bounded(None, gt=0, le=1)
+    """Fire after each step with this probability (seeded)."""
+    count: int = bounded(1, ge=1)
+    """How many times ``every_s``, ``mtbf_s`` or ``probability`` fire."""
+
+    def kinds(self) -> list[str]:
+        return [k for k in ("at_step", "after_s", "every_s", "mtbf_s", "probability") if getattr(self, k) is not None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FaultSpec:
+    kind: str
+    """A registered fault kind (``ftbench list``)."""
+    target: TargetSpec
+    trigger: TriggerSpec
+    params: object = None
+    """The kind's own knobs, written flat in the fault's table."""
+
+
+def check_fault(f: FaultSpec, *, world_size: int, steps: int, ranks_per_host: int, file: str, where: str) -> None:
+    """Cross-field checks of one fault against the workload it will hit."""
+    t, kind = f.target, FAULTS[f.kind]
+    if len(t.kinds()) != 1:
+        raise ConfigError(file, f"{where}.target", "exactly one of ranks, one, fraction, host, component",
+                          to_dict(t))
+    for j, r in enumerate(t.ranks):
+        if not 0 <= r < world_size:
+            raise ConfigError(file, f"{where}.target.ranks.{j}", f"a rank below world_size ({world_size})", r)
+    if len(set(t.ranks)) != len(t.ranks):
+        raise ConfigError(file, f"{where}.target.ranks", "distinct ranks", list(t.ranks))
+    if len(t.ranks) >= world_size:
+        raise ConfigError(file, f"{where}.target.ranks", "fewer ranks than world_size (someone must survive)",
+                          list(t.ranks))
+    hosts = world_size // ranks_per_host
+    if t.host is not None and not (t.host < hosts and hosts > 1):
+        raise ConfigError(file, f"{where}.target.host",
+                          f"a host below {hosts} (world_size / launch.ranks_per_host), with more than one host",
+                          t.host)
+    if t.component is not None and not kind.hits_components:
+        raise ConfigError(file, f"{where}.target.component",
+                          f"a rank target: {f.kind!r} acts on ranks, not on control-plane processes", t.component)
+    trig = f.trigger
+    if len(trig.kinds()) != 1:
+        raise ConfigError(file, f"{where}.trigger", "exactly one of at_step, after_s, every_s, mtbf_s, probability",
+                          to_dict(trig))
+    if trig.count != 1 and trig.kinds()[0] in ("at_step", "after_s"):
+        raise ConfigError(file, f"{where}.trigger.count", "1 with at_step or after_s (they fire once)", trig.count)
+    if trig.at_step is not None and trig.at_step >= steps:
+        raise ConfigError(file, f"{where}.trigger.at_step", f"a step below workload.steps ({steps})", trig.at_step)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DurationParams:
+    duration_s: float = bounded(gt=0)
+    """How long the fault lasts before it is undone."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NoParams:
+    """This fault kind has no knobs."""

@@ -1,0 +1,22 @@
+"""Process faults by signal: whole processes die or stop (also node loss and
+control-plane faults, through their targets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bench.scenario.faults import FAULTS, DurationParams, FaultKind
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KillParams:
+    signal: Literal["SIGKILL", "SIGTERM", "SIGSEGV"] = "SIGKILL"
+    """SIGKILL: sudden death; SIGTERM: the default action (no handler), as a scheduler's
+    stop; SIGSEGV: a crash with the crash path's own exit status."""
+
+
+FAULTS.register(FaultKind(name="kill", params=KillParams, impl="injectors.signals:Kill", family="process",
+                          hits_components=True, summary="SIGKILL / SIGTERM / SIGSEGV the target processes"))
+FAULTS.register(FaultKind(name="stall", params=DurationParams, impl="injectors.signals:Stall", family="hang",
+                          hits_components=True, summary="SIGSTOP the targets for duration_s, then SIGCONT"))

@@ -1,0 +1,158 @@
+"""The figures and outcomes of a trial: one table, read by everything that shows them.
+
+Each figure's name (its ``trials.csv`` column), unit, direction and one-line meaning are
+written here once. The summary tables, ``compare`` and ``gate``, the exports, the
+report and ``docs/figures.md`` (``python -m bench.scenario.figures`` writes it) all read
+this table, so a figure cannot mean one thing in the gate and another in the report.
+How each is computed from the event logs is :mod:`bench.results.derive`.
+
+This module imports nothing heavy: scenario validation needs it (``gate.metric``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+Unit = Literal["s", "steps", "ratio", "loss", "bytes"]
+Better = Literal["lower", "higher", "neither"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Figure:
+    name: str
+    """Column of trials.csv."""
+    unit: Unit
+    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss`` or ``bytes``."""
+    better: Better
+    """Which way is an improvement; ``neither`` for a signed deviation (``loss_delta``)."""
+    meaning: str
+    """One line for tables, help texts and the docs."""
+    per: Literal["fault", "trial"] = "fault"
+    """``fault``: one value per injection; ``trial``: a property of the whole trial,
+    repeated on each of its rows."""
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure(name="ttd_s", unit="s", better="lower",
+           meaning="first detection by a surviving process (a rank, an agent, the lighthouse) minus the injection"),
+    Figure(name="ttd_all_s", unit="s", better="lower",
+           meaning="the last surviving rank's first detection minus the injection (empty if one never detected)"),
+    Figure(name="ttr_s", unit="s", better="lower",
+           meaning="end of the first good step (new world, past the last committed step) minus the first detection"),
+    Figure(name="downtime_s", unit="s", better="lower", meaning="ttd_s + ttr_s"),
+    Figure(name="steps_lost", unit="steps", better="lower", meaning="committed steps computed again after recovery"),
+    Figure(name="goodput", unit="ratio", better="higher",
+           meaning="distinct steps x fault-free median step time / training wall time"),
+    Figure(name="degraded_step_ratio", unit="ratio", better="lower",
+           meaning="median step time after recovery (for an undetected fault: while it lasted) / fault-free median"),
+    Figure(name="loss_delta", unit="loss", better="neither",
+           meaning="final loss minus the fault-free reference's (needs measure.reference = true)"),
+    Figure(name="ttfs_s", unit="s", better="lower",
+           meaning="time to full strength: first step of a post-fault world as large as before, minus the injection"),
+    Figure(name="steps_discarded", unit="steps", better="lower",
+           meaning="iterations a surviving process computed and threw away (torchft's uncommitted steps)"),
+    Figure(name="restore_s", unit="s", better="lower",
+           meaning="the longest state transfer of the recovery (from disk or from a peer)"),
+    Figure(name="restore_bytes", unit="bytes", better="lower", meaning="the size of that transfer"),
+    Figure(name="checkpoint_s", unit="s", better="lower", per="trial",
+           meaning="seconds spent writing checkpoints in the trial (the other side of steps_lost)"),
+    Figure(name="checkpoint_bytes", unit="bytes", better="lower", per="trial", meaning="size of the last checkpoint"),
+)
+
+PHASE_PREFIX, PHASE_SUFFIX = "phase_", "_s"
+PHASE = Figure(name="phase_<name>_s", unit="s", better="lower",
+               meaning="one phase of the downtime: detect, the strategy's own phases, catch-up; they add up to "
+                       "downtime_s")
+
+BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
+#: Names of the figures that have one value per injection, in table order.
+FAULT_FIGURES: tuple[str, ...] = tuple(f.name for f in FIGURES if f.per == "fault")
+#: Names of the figures that describe a whole trial.
+TRIAL_FIGURES: tuple[str, ...] = tuple(f.name for f in FIGURES if f.per == "trial")
+
+
+def is_phase(name: str) -> bool:
+    return name.startswith(PHASE_PREFIX) and name.endswith(PHASE_SUFFIX) and len(name) > 8
+
+
+def phase_column(phase: str) -> str:
+    """``reconfigure`` -> ``phase_reconfigure_s``."""
+    return f"{PHASE_PREFIX}{phase}{PHASE_SUFFIX}"
+
+
+def phase_name(column: str) -> str:
+    """``phase_reconfigure_s`` -> ``reconfigure``."""
+    return column.removeprefix(PHASE_PREFIX).removesuffix(PHASE_SUFFIX)
+
+
+def is_figure(name: str) -> bool:
+    return name in BY_NAME or is_phase(name)
+
+
+def figure(name: str) -> Figure:
+    """The definition of a figure or phase column; KeyError for anything else."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    if is_phase(name):
+        return PHASE
+    raise KeyError(name)
+
+
+def unit(name: str) -> Unit:
+    return figure(name).unit
+
+
+def higher_is_better(name: str) -> bool:
+    return figure(name).better == "higher"
+
+
+def known() -> str:
+    """For 'expected ...' messages: every figure name, and the phase pattern."""
+    return ", ".join(f.name for f in FIGURES) + ", or phase_<name>_s"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    name: str
+    bad: bool
+    """The trial did not end well; one the baseline never had is a regression."""
+    meaning: str
+
+
+OUTCOMES: tuple[Outcome, ...] = (
+    Outcome(name="recovered", bad=False, meaning="the job detected the fault and trained again"),
+    Outcome(name="failed", bad=True, meaning="the job stopped (expected for fail-stop)"),
+    Outcome(name="absorbed", bad=False, meaning="nothing detected the fault and the job went on"),
+    Outcome(name="hung", bad=True, meaning="the trial deadline was reached and everything was killed"),
+    Outcome(name="corrupted", bad=True,
+            meaning="nothing detected the fault, the job finished, and its parameters are wrong"),
+    Outcome(name="not_injected", bad=True,
+            meaning="the trigger was never reached, or no live target was left"),
+    Outcome(name="completed", bad=False, meaning="a trial without faults that ran to its end"),
+)
+BAD_OUTCOMES: frozenset[str] = frozenset(o.name for o in OUTCOMES if o.bad)
+
+
+def outcomes_text(counts: dict[str, int]) -> str:
+    """``recovered 3, failed 1``: how every table writes a point's outcomes."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
+def markdown() -> str:
+    """``docs/figures.md``: the tables above, for readers of the repository."""
+    lines = ["# Figures and outcomes", "",
+             "Generated from `bench/scenario/figures.py` by `python -m bench.scenario.figures > docs/figures.md`;",
+             "a test keeps the two in step. How each figure is computed: `bench/results/derive.py`.", "",
+             "| figure | unit | better | per | meaning |", "|---|---|---|---|---|"]
+    for f in (*FIGURES, PHASE):
+        lines.append(f"| `{f.name}` | {f.unit} | {f.better} | {f.per} | {f.meaning} |")
+    lines += ["", "Times are seconds of CLOCK_MONOTONIC. A figure that does not exist for an outcome is empty, "
+              "never 0.", "", "| outcome | bad | meaning |", "|---|---|---|"]
+    lines += [f"| `{o.name}` | {'yes' if o.bad else 'no'} | {o.meaning} |" for o in OUTCOMES]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())

@@ -1,0 +1,259 @@
+"""Scenario files: TOML in, frozen dataclasses and sweep points out.
+
+A scenario is ``workload x fault(s) x recovery strategy x sweep x gate``. Sweeps and
+``--set`` overrides are applied to the parsed TOML *before* validation, so an override
+is checked exactly like a value written in the file and every error names the dotted
+key it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.scenario import figures
+from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, to_dict
+from bench.scenario.faults import FAULTS, FaultSpec, check_fault
+from bench.scenario.model import (
+    GateSpec,
+    LaunchSpec,
+    MeasureSpec,
+    Point,
+    RecoverySpec,
+    Scenario,
+    WorkloadSpec,
+)
+from bench.scenario.overrides import flatten_sweep, label, set_path
+from bench.scenario.registry import Plugin, Registry
+from bench.strategies import STRATEGIES
+from bench.workloads import WORKLOADS
+
+
+TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch",
+            "sweep", "gate")
+
+
+def load(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+    """Read and validate a scenario file, applying ``--set`` style overrides."""
+    path = Path(path)
+    file = str(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(file, "", "a readable file", err.strerror) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(file, "", "valid TOML", str(err)) from None
+    raw.setdefault("name", path.stem)
+    return parse(raw, file=file, overrides=overrides)
+
+
+def parse(raw: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+    raw = copy.deepcopy(dict(raw))
+    sweep = flatten_sweep(raw.pop("sweep", {}), file)
+    for key, value in overrides:
+        set_path(raw, key, value, file=file, origin="--set")
+        sweep.pop(key, None)  # an explicit value replaces that axis of the sweep
+    scenario = _validate(raw, file)
+    for key, values in sweep.items():
+        for i, value in enumerate(values):
+            trial_raw = copy.deepcopy(raw)
+            set_path(trial_raw, key, value, file=file, origin=f"sweep.{key}.{i}")
+            _validate(trial_raw, file, context=f"sweep {key} = {value!r}")
+    return replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
+
+
+def points(scenario: Scenario) -> list[Point]:
+    """Expand the sweep (a cartesian product, in file order) into validated points."""
+    keys = [k for k, _ in scenario.sweep]
+    result = []
+    for combo in itertools.product(*(v for _, v in scenario.sweep)):
+        raw = copy.deepcopy(dict(scenario.raw))
+        for key, value in zip(keys, combo):
+            set_path(raw, key, value, file=scenario.source, origin=key)
+        resolved = replace(_validate(raw, scenario.source), sweep=scenario.sweep, raw=raw)
+        values = tuple(zip(keys, combo))
+        result.append(
+            Point(scenario=resolved, values=values, label=label(scenario.name, values),
+                  point_hash=point_hash(resolved))
+        )
+    return result
+
+
+def identity(scenario: Scenario) -> dict[str, Any]:
+    """What makes two points the same measurement: not the name, trial count or gate."""
+    return {
+        "workload": to_dict(scenario.workload),
+        "faults": to_dict(scenario.faults),
+        "recovery": to_dict(scenario.recovery),
+        "launch": to_dict(scenario.launch),
+        "seed": scenario.measure.seed,
+    }
+
+
+def point_hash(scenario: Scenario) -> str:
+    canonical = json.dumps(identity(scenario), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# --- validation -------------------------------------------------------------------------
+
+
+def _validate(raw: Mapping[str, Any], file: str, context: str = "") -> Scenario:
+    try:
+        return _validate_inner(raw, file)
+    except ConfigError as err:
+        if context:
+            raise ConfigError(err.file, err.key, f"{err.expected} (with {context})", err.got) from None
+        raise
+
+
+def _validate_inner(raw: Mapping[str, Any], file: str) -> Scenario:
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise ConfigError(file, key, f"one of {', '.join(TOP_KEYS)}", UNKNOWN_KEY)
+    name = raw.get("name", "")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(file, "name", "a non-empty string", name)
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError(file, "description", "a string", description)
+
+    workload = _tagged(WorkloadSpec, raw.get("workload", {}), WORKLOADS, file, "workload", default_kind="ddp")
+    faults_raw = raw.get("faults", [])
+    if not isinstance(faults_raw, list):
+        raise ConfigError(file, "faults", "an array of tables ([[faults]])", faults_raw)
+    faults = tuple(
+        _tagged(FaultSpec, f, FAULTS, file, f"faults.{i}") for i, f in enumerate(faults_raw)
+    )
+    recovery = _recovery(raw.get("recovery", {}), file)
+    measure = build(MeasureSpec, raw.get("measure", {}), file=file, prefix="measure")
+    launch = build(LaunchSpec, raw.get("launch", {}), file=file, prefix="launch")
+    gate = validate_gate(raw.get("gate", {}), file=file)
+
+    scenario = Scenario(
+        name=name, description=description, workload=workload, faults=faults,
+        recovery=recovery, measure=measure, launch=launch, gate=gate, source=file, raw=raw,
+    )
+    _cross_check(scenario, file)
+    return scenario
+
+
+def _tagged(cls: type, data: Any, registry: Registry[Plugin], file: str, prefix: str,
+            default_kind: str | None = None) -> Any:
+    """A spec whose extra keys are the knobs of the plug-in named by its ``kind``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(file, prefix, "a table", data)
+    kind = data.get("kind", default_kind)
+    if kind is None:
+        raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()} (this key is required)")
+    if kind not in registry:
+        raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()}", kind)
+    plugin = registry[kind]
+    common = {f for f in cls.__dataclass_fields__ if f != "params"}  # type: ignore[attr-defined]
+    allowed = common | set(plugin.params.__dataclass_fields__)
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(file, join(prefix, key), f"one of {', '.join(sorted(allowed))} (for kind {kind!r})",
+                              UNKNOWN_KEY)
+    own = {k: v for k, v in data.items() if k not in common}
+    params = build(plugin.params, own, file=file, prefix=prefix)
+    base = build(cls, {k: v for k, v in data.items() if k in common}, file=file, prefix=prefix)
+    return replace(base, kind=kind, params=params)
+
+
+def _recovery(data: Any, file: str) -> RecoverySpec:
+    if not isinstance(data, Mapping):
+        raise ConfigError(file, "recovery", "a table", data)
+    strategy = data.get("strategy", default_strategy())
+    if strategy not in STRATEGIES:
+        raise ConfigError(file, "recovery.strategy", f"one of {STRATEGIES.choices()}", strategy)
+    chosen = None
+    for key, value in data.items():
+        if key == "strategy":
+            continue
+        if key not in STRATEGIES:
+            raise ConfigError(
+                file, f"recovery.{key}",
+                f"'strategy' or a table named after a strategy ({STRATEGIES.choices()})", UNKNOWN_KEY,
+            )
+        params = build(STRATEGIES[key].params, value, file=file, prefix=f"recovery.{key}")
+        if key == strategy:
+            chosen = params
+    if chosen is None:
+        chosen = STRATEGIES[strategy].params()
+    return RecoverySpec(strategy=strategy, params=chosen)
+
+
+def validate_gate(data: Any, *, file: str, prefix: str = "gate") -> GateSpec:
+    """The ``[gate]`` table: the one place its keys are checked (a scenario file, a run's
+    run.json and the gate's command-line options all come through here)."""
+    gate = build(GateSpec, data, file=file, prefix=prefix)
+    check_figure(gate.metric, file=file, key=join(prefix, "metric"))
+    for i, slo in enumerate(gate.slo):
+        check_figure(slo.metric, file=file, key=join(prefix, f"slo.{i}.metric"))
+        if slo.min is None and slo.max is None:
+            raise ConfigError(file, join(prefix, f"slo.{i}"), "min, max or both", to_dict(slo))
+    return gate
+
+
+def check_figure(name: str, *, file: str, key: str) -> None:
+    """A figure name (a column of trials.csv), or an error naming where it came from."""
+    if not figures.is_figure(name):
+        raise ConfigError(file, key, f"a figure ({figures.known()})", name)
+
+
+def default_strategy() -> str:
+    """The strategy of a scenario that names none (the one declared ``default``)."""
+    return next(name for name in STRATEGIES.names() if STRATEGIES[name].default)
+
+
+def _cross_check(s: Scenario, file: str) -> None:
+    w = s.workload
+    if w.warmup_steps >= w.steps:
+        raise ConfigError(file, "workload.warmup_steps", f"fewer than workload.steps ({w.steps})", w.warmup_steps)
+    if w.world_size % s.launch.ranks_per_host:
+        raise ConfigError(file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})",
+                          s.launch.ranks_per_host)
+    for i, f in enumerate(s.faults):
+        check_fault(f, world_size=w.world_size, steps=w.steps, ranks_per_host=s.launch.ranks_per_host,
+                    file=file, where=f"faults.{i}")
+    _check_strategy(s, file)
+
+
+def _check_strategy(s: Scenario, file: str) -> None:
+    """What the point's strategy declares it can run (:class:`bench.strategies.Strategy`)."""
+    name, w = s.recovery.strategy, s.workload
+    strategy = STRATEGIES[name]
+    if strategy.workloads and w.kind not in strategy.workloads:
+        kinds = " or ".join(repr(k) for k in strategy.workloads)
+        raise ConfigError(file, "workload.kind", f"{kinds} with strategy {name}", w.kind)
+    for i, f in enumerate(s.faults):
+        if FAULTS[f.kind].rank_side and not strategy.rank_side_faults:
+            raise ConfigError(file, f"faults.{i}.kind", f"a fault that acts from outside the rank with strategy "
+                              f"{name} (its collectives do not pass through ftbench's hooks)", f.kind)
+    links = any(FAULTS[f.kind].family == "link" for f in s.faults)
+    if links and s.launch.network == "loopback":
+        raise ConfigError(file, "launch.network", "'auto' or 'namespaces' (link faults need namespaces)", "loopback")
+    if (links or s.launch.network == "namespaces") and not strategy.namespaces:
+        able = " or ".join(repr(n) for n in STRATEGIES.names() if STRATEGIES[n].namespaces)
+        raise ConfigError(file, "recovery.strategy",
+                          f"{able} with network namespaces (their ranks are started by ftbench's own launcher, "
+                          "which puts each host in its namespace)", name)
+    if strategy.check is not None:
+        strategy.check(s, file)
+
+
+def uses_namespaces(scenario: Scenario) -> bool:
+    """Whether the trials of ``scenario`` run each host in a network namespace."""
+    network = scenario.launch.network
+    return network == "namespaces" or (
+        network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults))

@@ -1,0 +1,134 @@
+"""What a scenario is, once read: frozen, keyword-only dataclasses.
+
+A scenario is ``workload x fault(s) x recovery strategy x sweep x gate``; a point is one
+cell of its sweep. Reading, overriding and validating them is :mod:`bench.scenario.loader`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bench.scenario.config import bounded
+from bench.scenario.faults import FaultSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkloadSpec:
+    kind: str = "ddp"
+    """A registered workload (``ftbench list --workloads``)."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """``auto`` picks NCCL when every rank can have its own GPU, else gloo."""
+    world_size: int = bounded(4, ge=2, le=256)
+    """Ranks at the start of a trial."""
+    steps: int = bounded(200, ge=1)
+    """Steps every rank agrees to run (a fixed count: a time limit would make the first
+    rank to finish look like a crash to the others)."""
+    warmup_steps: int = bounded(5, ge=0)
+    """Leading steps left out of the fault-free step-time median."""
+    pg_timeout_s: float = bounded(30.0, gt=0)
+    """Process-group timeout, passed explicitly (gloo's default never fires in practice)."""
+    params: Any = None
+    """The kind's own knobs, written flat in ``[workload]``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoverySpec:
+    strategy: str
+    """A registered strategy (``ftbench list``); without one, the strategy registered as
+    the default."""
+    params: Any = None
+    """Knobs of the chosen strategy, from ``[recovery.<strategy>]``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MeasureSpec:
+    trials: int = bounded(5, ge=1)
+    """Repetitions of every point."""
+    seed: int = bounded(0, ge=0)
+    """Seeds data and model: the same in every trial of a point, so that trials differ
+    only in timing and each can be compared with the fault-free reference."""
+    deadline_s: float = bounded(120.0, gt=0)
+    """Wall-clock limit of one trial; past it everything is killed and the trial is
+    recorded as ``hung``."""
+    reference: bool = False
+    """Run one fault-free trial per point first: ``loss_delta`` needs it, and ``goodput``
+    and ``degraded_step_ratio`` then use its median step time."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchSpec:
+    start_method: Literal["forkserver", "spawn"] = "forkserver"
+    """How the local launcher starts ranks. ``forkserver`` forks them from a process
+    that already imported torch (tens of ms); ``spawn`` starts fresh interpreters and
+    pays the import (seconds) like a cold job would."""
+    network: Literal["auto", "loopback", "namespaces"] = "auto"
+    """``namespaces``: every host in a network namespace of its own, linked through a
+    bridge (needed by link faults; root only). ``auto``: namespaces when a link fault
+    is in the scenario, else everything on loopback."""
+    wire_packets: bool = False
+    """With namespaces: turn TCP segmentation offload off so that link faults see
+    MTU-sized packets, as on a wire (per-packet loss and corruption then mean what they
+    say), at the price of a slower clean link. Off: 64 KiB super-packets, as with a
+    NIC doing TSO (netem on such a host behaves the same)."""
+    ranks_per_host: int = bounded(1, ge=1)
+    """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
+    at once (node loss), and link faults act on a host's network namespace."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SLOSpec:
+    metric: str
+    """A figure (column of trials.csv)."""
+    stat: Literal["median", "mean", "min", "max", "p90", "p95", "p99"] = "median"
+    """Statistic over a point's trials that the bounds apply to."""
+    min: float | None = None
+    """Lower bound (inclusive)."""
+    max: float | None = None
+    """Upper bound (inclusive)."""
+    point: str | None = None
+    """Only points whose label contains this text (default: every point)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateSpec:
+    metric: str = "ttr_s"
+    """Figure compared between baseline and candidate."""
+    factor: float = bounded(1.10, ge=1.0)
+    """Candidate median above factor x baseline median is a regression..."""
+    floor_s: float = bounded(0.01, ge=0)
+    """...if it is also above it by more than this absolute amount..."""
+    alpha: float = bounded(0.05, gt=0, lt=1)
+    """...and a two-sided Mann-Whitney U test gives p below this."""
+    min_trials: int = bounded(7, ge=2)
+    """Fewer trials on either side is "insufficient", which is not a pass."""
+    slo: tuple[SLOSpec, ...] = ()
+    """Absolute service levels, checked on a single run."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    workload: WorkloadSpec
+    faults: tuple[FaultSpec, ...]
+    recovery: RecoverySpec
+    measure: MeasureSpec
+    launch: LaunchSpec
+    gate: GateSpec
+    sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    source: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The parsed TOML with overrides applied, before the sweep: points derive from it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Point:
+    """One cell of a scenario's sweep: a fully resolved configuration."""
+
+    scenario: Scenario
+    values: tuple[tuple[str, Any], ...]
+    """The sweep assignments that made this point (empty without a sweep)."""
+    label: str
+    point_hash: str

@@ -1,0 +1,37 @@
+"""``reinit``: ftbench's own in-process recovery design (not a stock stack).
+
+Survivors abort through the launcher's store, agree on the next membership, form a new
+process group on a fresh store prefix, make their state consistent (a peer sends its
+state if committed steps differ) and train on with the global batch split among fewer
+ranks. A stalled rank that wakes up after the others moved on is evicted; with
+``regrow`` a replacement is started and joins at a step boundary. The protocol is in
+:mod:`bench.strategies.reinit.membership`, the rank side in ``policy.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.scenario.config import bounded
+from bench.strategies import STRATEGIES, Strategy
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReinitParams:
+    join_window_s: float = bounded(0.5, gt=0)
+    """After an abort, how long the coordinator waits for members that neither report
+    in nor are known dead (a stalled rank). Known deaths (the supervisor reports exits)
+    end the wait at once, so this only costs time for hung members."""
+    regrow: bool = False
+    """Start a replacement for each rank that died; it joins the running world at a
+    step boundary and takes its state from a live peer (time to full strength)."""
+    regrow_delay_s: float = bounded(1.0, ge=0)
+    """How long after a rank's death its replacement is started (a scheduler's delay)."""
+
+
+STRATEGIES.register(Strategy(
+    name="reinit", params=ReinitParams, impl="bench.strategies.reinit.job:ReinitJob",
+    rank_policy="bench.strategies.reinit.policy:Reinit", namespaces=True,
+    phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end")),
+    summary="ftbench's design: survivors abort through the store, re-form a smaller group, train on",
+))

@@ -1,0 +1,20 @@
+"""reinit's harness side: supervised ranks, and a replacement for each death with ``regrow``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bench.rank.entry import RankSpec
+from bench.strategies.reinit import ReinitParams
+from bench.strategies.supervisor import SupervisedJob
+
+
+class ReinitJob(SupervisedJob):
+    def spec(self, rank: int, role: str) -> RankSpec:
+        # A replacement learns the world it joins from the store, not from its spec.
+        spec = super().spec(rank, role)
+        return spec if role == "initial" else replace(spec, members=())
+
+    def replacement_delay(self, rank: int) -> float | None:
+        params: ReinitParams = self.ctx.scenario.recovery.params
+        return params.regrow_delay_s if params.regrow else None

@@ -1,0 +1,43 @@
+"""``restart``: whole-job restart from the last checkpoint under torchrun's elastic agent.
+
+The real ``torch.distributed.run`` and its ``LocalElasticAgent`` (instrumented only by
+events, :mod:`bench.strategies.restart.torchrun`) start fresh worker interpreters, so a
+restart pays the Python and torch import like a real job does; each phase of the
+restart is a figure of its own. Rank 0 saves a checkpoint every ``checkpoint_every``
+steps; a restarted world resumes from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.scenario.config import bounded
+from bench.strategies import STRATEGIES, Strategy
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RestartParams:
+    max_restarts: int = bounded(3, ge=0)
+    """torchrun ``--max-restarts``: whole-group restarts before the job is failed."""
+    checkpoint_every: int = bounded(50, ge=1)
+    """Rank 0 saves the training state every this many steps; a restart resumes from
+    the last save, so up to this many steps are lost."""
+    monitor_interval_s: float = bounded(0.1, gt=0)
+    """torchrun ``--monitor-interval``: how often the agent polls its workers."""
+
+
+STRATEGIES.register(Strategy(
+    name="restart", params=RestartParams, impl="bench.strategies.restart.job:Restart",
+    rank_policy="bench.strategies.restart.policy:Restart", components=("agent",),
+    phases=(
+        ("agent", "detect@agent"),        # the agent's monitor sees the failed worker
+        ("teardown", "teardown_end"),     # surviving workers stopped
+        ("rendezvous", "rendezvous_end"),  # c10d re-rendezvous done
+        ("spawn", "workers_started"),     # new worker processes exist
+        ("import", "import_done"),        # ...and have imported torch and ftbench
+        ("build", "workload_ready"),      # ...and built model and optimizer
+        ("pg", "reconfigured"),           # ...and formed the process group
+        ("restore", "restore_end"),       # ...and loaded the checkpoint
+    ),
+    summary="whole-job restart from the last checkpoint under torchrun's elastic agent",
+))

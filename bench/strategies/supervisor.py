@@ -1,0 +1,105 @@
+"""Ranks started and supervised by ftbench's own launcher (harness side).
+
+:class:`SupervisedJob` is the trial of every strategy whose ranks ftbench starts itself
+(forked from the forkserver, each host in its network namespace where link faults need
+one): the launcher's store in a process of its own, one process per rank, and the
+harness acting as the node agent. It reaps rank processes, records their exits (an
+``exit`` detection for a fault exit), tells the ranks through the store
+(``dead/<rank>``, so that nobody waits for a member known to be gone) and starts a
+replacement when the strategy asks for one (:meth:`SupervisedJob.replacement_delay`).
+Once a rank finished training the job is ending: exits are no longer detections and
+nobody is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench.procs.launcher import LocalLauncher, RankProcess
+from bench.rank.entry import EXIT_LEFT, EXIT_OK, RankSpec
+from bench.rank.entry import main as rank_process_main
+from bench.results.events import EventWriter
+from bench.strategies.base import Job, rank_spec
+
+
+class SupervisedJob(Job):
+    """Store + N rank processes on this host, with the harness as their supervisor."""
+
+    def start(self) -> None:
+        ctx = self.ctx
+        self.supervisor = EventWriter(ctx.events_dir / "supervisor.jsonl", src="supervisor", pid=os.getpid())
+        self.launcher = LocalLauncher(host=ctx.host, start_method=ctx.scenario.launch.start_method,
+                                      trial_dir=ctx.trial_dir, events_dir=ctx.events_dir)
+        self.launcher.start_store()
+        self.store = self.launcher.store_client()
+        self.members = tuple(range(ctx.scenario.workload.world_size))
+        self.incarnations: dict[int, int] = dict.fromkeys(self.members, 0)
+        self.replacements: dict[int, float] = {}
+        """rank -> monotonic time at which its replacement is due."""
+        self.finished_at: float | None = None
+        """When a rank completed training: the job is ending."""
+        self.start_services()
+        for rank in self.members:
+            self.start_rank(rank, "initial")
+
+    def start_services(self) -> None:
+        """Processes the ranks need besides the store (torchft: the lighthouse)."""
+
+    def spec(self, rank: int, role: str) -> RankSpec:
+        """What rank ``rank`` is started with; ``role`` is ``initial`` or ``replacement``."""
+        return rank_spec(self.ctx, rank, role, members=self.members, store_port=self.launcher.store_port)
+
+    def start_rank(self, rank: int, role: str) -> RankProcess:
+        return self.launcher.start_rank(rank, rank_process_main, self.spec(rank, role))
+
+    def replacement_delay(self, rank: int) -> float | None:
+        """Seconds after a fault exit of ``rank`` at which to start its replacement, or
+        None to start none (the default)."""
+        return None
+
+    def poll(self, timeout_s: float) -> bool:
+        now = time.monotonic()
+        for rank, due in sorted(self.replacements.items()):
+            if due <= now:
+                del self.replacements[rank]
+                if self.finished_at is None and self.launcher.running():
+                    self.incarnations[rank] += 1
+                    self.supervisor.emit("replacement_started", of_rank=rank, incarnation=self.incarnations[rank])
+                    self.start_rank(rank, "replacement")
+        if self.replacements:
+            timeout_s = max(0.0, min(timeout_s, min(self.replacements.values()) - now))
+        for r in self.launcher.wait(timeout_s):
+            self.on_exit(r)
+        self.on_tick()
+        return self.over()
+
+    def on_exit(self, r: RankProcess) -> None:
+        code = r.exitcode
+        self.supervisor.emit("proc_exit", of_rank=r.rank, exitcode=code)
+        if code == EXIT_OK:
+            self.finished_at = self.finished_at or time.monotonic()
+            self.replacements.clear()
+        elif code != EXIT_LEFT and self.finished_at is None:
+            self.supervisor.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
+            delay = self.replacement_delay(r.rank)
+            if delay is not None:
+                self.replacements[r.rank] = time.monotonic() + delay
+        if self.launcher.store_process is not None and self.launcher.store_process.is_alive():
+            try:  # the store itself may be the fault's target
+                self.store.set(f"dead/{r.rank}", str(code))
+            except Exception:  # it died just now
+                pass
+
+    def on_tick(self) -> None:
+        """Called after every poll (torchft: watch the lighthouse, end a finished job)."""
+
+    def over(self) -> bool:
+        """Nobody is left: replacements still due are moot (there is nothing to join)."""
+        return not self.launcher.running()
+
+    def close(self) -> None:
+        if hasattr(self, "launcher"):
+            self.launcher.close()  # sweeps every marked process of the trial
+        if hasattr(self, "supervisor"):
+            self.supervisor.close()

@@ -1,0 +1,72 @@
+"""``torchft``: per-step fault tolerance with the real ``torchft`` package.
+
+A trial is a lighthouse and ``workload.world_size`` replica groups of one process each:
+each replica runs TorchFT's own stack (Manager, reconfigurable process group,
+DistributedDataParallel, OptimizerWrapper, HTTP live healing), observed by ftbench
+through events only (``replica.py``). The harness supervises the replicas as TorchFT's
+punisher does in its own tests and starts a new incarnation of one that died
+``restart_delay_s`` later (``job.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bench.scenario.config import bounded
+from bench.strategies import STRATEGIES, Strategy
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TorchFTParams:
+    """Defaults are torchft's own (``torchft_lighthouse --help``, ``Manager.__init__``).
+    The gloo timeout of the replicas' process groups is ``workload.pg_timeout_s``."""
+
+    min_replicas: int = bounded(1, ge=1)
+    """Lighthouse ``--min_replicas``: replica groups needed to form a quorum. Equal to the
+    number of groups, survivors wait for the replacement instead of going on without it."""
+    join_timeout_ms: int = bounded(60000, ge=0)
+    """Lighthouse ``--join_timeout_ms``: how long a quorum waits for replicas that
+    heartbeat but have not asked to join. After a death the dead replica still counts as
+    heartbeating until ``heartbeat_timeout_ms``, so survivors resume after the shorter of
+    the two (with a majority of the heartbeating replicas; docs/facts.md)."""
+    heartbeat_timeout_ms: int = bounded(5000, ge=1)
+    """Lighthouse ``--heartbeat_timeout_ms``: a replica whose heartbeats stop for this
+    long is no longer waited for."""
+    quorum_tick_ms: int = bounded(100, ge=1)
+    """Lighthouse ``--quorum_tick_ms``: how often it re-evaluates a pending quorum."""
+    min_replica_size: int = bounded(1, ge=1)
+    """Manager ``min_replica_size``: participants needed to commit a step."""
+    timeout_s: float = bounded(60.0, gt=0)
+    """Manager ``timeout``: should_commit, checkpoint metadata and HTTP transfer."""
+    quorum_timeout_s: float = bounded(60.0, gt=0)
+    """Manager ``quorum_timeout``: past it, waiting for a quorum raises and the replica
+    dies (to be restarted)."""
+    connect_timeout_s: float = bounded(60.0, gt=0)
+    """Manager ``connect_timeout``: RPC connections to the lighthouse and managers."""
+    init_sync: bool = False
+    """Manager ``init_sync``: heal every replica from one peer at step 0. Off (torchft's
+    advice when weights are initialised identically, as the workload's seed does), so
+    that the first step is the same full step as under every other strategy (with it on,
+    TorchFT zeroes the healing replicas' shares of step 1)."""
+    restart: bool = True
+    """Start a new incarnation of a replica group that died, as TorchFT's punisher does."""
+    restart_delay_s: float = bounded(3.0, ge=0)
+    """How long after the death the new incarnation is started."""
+    max_restarts: int = bounded(3, ge=0)
+    """New incarnations per replica group at most (a replica that keeps crashing must not
+    keep the trial busy until its deadline)."""
+    ddp_workaround: Literal["auto", "on", "off"] = "auto"
+    """Replace TorchFT's DDP comm hook by one that returns a failed bucket unchanged.
+    torchft 0.2.0's hook kills the survivors when a peer dies (docs/facts.md); ``auto``
+    applies the fix to versions that lack it (recorded in run.json), ``off`` measures
+    such a version as shipped."""
+
+
+STRATEGIES.register(Strategy(
+    name="torchft", params=TorchFTParams, impl="bench.strategies.torchft.job:TorchFTJob",
+    rank_entry="bench.strategies.torchft.replica:replica_main", components=("store", "lighthouse"),
+    phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")), rank_side_faults=False,
+    workloads=("ddp",),
+    summary="per-step fault tolerance with torchft: lighthouse quorum, live healing from peers",
+))

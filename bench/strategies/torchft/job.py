@@ -1,0 +1,126 @@
+"""torchft's harness side: the lighthouse, supervised replicas, new incarnations.
+
+The supervisor acts as the scheduler and as TorchFT's punisher does in its own tests: it
+reaps replica processes, records their exits (``detect`` with ``how = "exit"``) and
+starts a new incarnation of a replica that died ``restart_delay_s`` after its death. The
+new incarnation registers with the lighthouse under a new id, waits for a quorum and
+heals from a live peer over HTTP before it participates again. Nobody is restarted once
+no replica is left (there is no peer to heal from: TorchFT would start over from step
+0) or once one has finished training (the job is over; see :data:`FINISH_GRACE_S`).
+
+Phases of a recovery (between the first detection and the survivors' first commit
+without the victim): ``lighthouse`` (until the lighthouse issues the new quorum: the
+heartbeat or join timeout dominates it), ``reconfigure`` (until every member of that
+quorum has it in hand: process group rebuilt, a healing member's state fetched), then
+``catchup`` (the step itself and its commit). The replacement's own return is the
+figures ``ttfs_s`` (time to full strength) and ``restore_s``/``restore_bytes``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.scenario.model import Scenario
+from bench.strategies.supervisor import SupervisedJob
+from bench.strategies.torchft import TorchFTParams
+from bench.strategies.torchft import lighthouse
+from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
+
+FINISH_GRACE_S = 2.0
+"""Once a replica has finished training, the others get this long to finish too (members
+of the last quorum end within a step of each other); a replacement still waiting for
+its first quorum then is stopped: it would otherwise wait for the finished replicas'
+heartbeats to expire and then train alone from step 0, as nothing tells it the job is
+over (a scheduler ends the job in real deployments)."""
+
+
+class TorchFTJob(SupervisedJob):
+    """Lighthouse + one process per replica group, restarted after a death."""
+
+    @classmethod
+    def unavailable(cls, scenario: Scenario) -> str | None:
+        if torchft_version() is None:
+            return "torchft is not importable here: pip install 'ftbench[torchft]'"
+        return None
+
+    @property
+    def params(self) -> TorchFTParams:
+        params: TorchFTParams = self.ctx.scenario.recovery.params
+        return params
+
+    def start_services(self) -> None:
+        self.lighthouse = self._start_lighthouse()
+        self.lighthouse_gone = False
+        self.store.set(lighthouse.LIGHTHOUSE_KEY, self.lighthouse_addr)
+        self.stopped: set[int] = set()
+
+    def _start_lighthouse(self, timeout_s: float = 60.0) -> Any:
+        p = self.params
+        addr_file = self.ctx.events_dir / "lighthouse.addr"
+        addr_file.unlink(missing_ok=True)
+        process = self.launcher.ctx.Process(
+            target=lighthouse.main, name="ftbench-lighthouse", daemon=False,
+            args=(str(addr_file), str(self.ctx.events_dir), p.min_replicas, p.join_timeout_ms, p.quorum_tick_ms,
+                  p.heartbeat_timeout_ms),
+        )
+        process.start()
+        self.lighthouse_addr = self.launcher.await_file(
+            process, addr_file, f"the lighthouse (see {self.ctx.events_dir / 'lighthouse.log.gz'})", timeout_s)
+        return process
+
+    def replacement_delay(self, rank: int) -> float | None:
+        p = self.params
+        return p.restart_delay_s if p.restart and self.incarnations[rank] < p.max_restarts else None
+
+    def on_tick(self) -> None:
+        if self.lighthouse.exitcode is not None and not self.lighthouse_gone:
+            # Not restarted: replicas fail their next quorum, and are restarted themselves.
+            self.lighthouse_gone = True
+            self.supervisor.emit("proc_exit", of="lighthouse", exitcode=self.lighthouse.exitcode)
+            self.supervisor.emit("detect", how="exit", of="lighthouse", exitcode=self.lighthouse.exitcode)
+        if self.finished_at is not None and time.monotonic() - self.finished_at > FINISH_GRACE_S:
+            for r in self.launcher.running():
+                if r.process.pid not in self.stopped:
+                    self.stopped.add(r.process.pid)
+                    self.supervisor.emit("stop", of_rank=r.rank, reason="training finished without it")
+                    r.process.kill()
+
+    def over(self) -> bool:
+        return not self.launcher.running() and not self.replacements
+
+    def close(self) -> None:
+        super().close()  # sweeps every marked process of the trial, the lighthouse included
+        process = getattr(self, "lighthouse", None)
+        if process is not None:
+            process.join(timeout=10)
+            if process.exitcode is None:
+                process.kill()
+                process.join(timeout=10)
+        _compress_logs(self.ctx.events_dir)
+
+    def versions(self) -> dict[str, Any]:
+        version = torchft_version()
+        return {
+            "torchft": version[1] if version else None,
+            "torchft_distribution": version[0] if version else None,
+            "torchft_ddp_workaround": ddp_workaround_needed(version, self.params.ddp_workaround) if version else None,
+        }
+
+
+def _compress_logs(directory: Path) -> None:
+    """Gzip the trial's TorchFT logs (this strategy's files only: the lighthouse's and
+    the replicas') once every writer is dead. The Rust side writes several lines per
+    step and process (~3 MB for 400 steps of 3 replicas); they compress about 35:1."""
+    for log in sorted([directory / "lighthouse.log", *directory.glob("replica*.log")]):
+        if not log.exists():
+            continue
+        try:
+            with open(log, "rb") as src, gzip.open(log.with_name(log.name + ".gz"), "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst)
+            log.unlink()
+        except OSError:
+            continue  # a log left uncompressed is no loss

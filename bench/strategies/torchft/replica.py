@@ -1,0 +1,236 @@
+"""One TorchFT replica group (one process): the rank side of the ``torchft`` strategy.
+
+The stack is TorchFT's own, as its ``train_ddp.py`` example runs it: a TCPStore for the
+replica group, a reconfigurable ``ProcessGroupGloo``, a :class:`torchft.Manager` talking
+to the lighthouse, TorchFT's ``DistributedDataParallel`` and ``OptimizerWrapper``, the
+HTTP checkpoint transport for live healing. Each replica group has one rank (group rank
+0 of 1), so "replica group r" is what the rest of ftbench calls rank r.
+
+Three things are ftbench's, each only observing:
+
+- :class:`StampingManager` stamps the first error reported to the manager (``detect``);
+- :class:`TimedTransport` stamps the live checkpoint transfer (``restore_*``);
+- :class:`PatchedDistributedDataParallel`, the 0.2.0 comm-hook workaround, used only
+  where the installed torchft is known to kill survivors (docs/facts.md), or when the
+  scenario forces it (:func:`ddp_class`).
+
+**Batches and losses.** Every committed step ``s`` consumes the same global batch as
+under every other strategy: ``DDPWorkload.batch(s, i, n)``, the ``i``-th of ``n`` equal
+shares, where ``n`` is the number of participants of the step and ``i`` this replica's
+participating rank. TorchFT's allreduce *averages* over the ``n`` participants, so each
+replica scales its summed squared error by ``n / global_batch``: the average is then the
+exact gradient of the global mean loss, whoever participates. A committed step is
+therefore the same computation as in a fault-free run (up to float summation order),
+and ``loss_delta`` against the fault-free torchft reference of the same seed shows
+whether recovery lost or corrupted state, not how many replicas happened to be up. A
+replica that is healing in a step does not participate (TorchFT zeroes its gradient);
+it computes on share 0 and reports ``loss_share = 0``. ``loss_share`` is the unscaled
+``sum / global_batch``, so the shares of one step sum to the global mean loss.
+Knowing ``i`` and ``n`` before the forward pass means waiting for the step's quorum
+there instead of in the first allreduce; the quorum still runs on TorchFT's thread.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torchft
+from torch.utils._pytree import tree_flatten
+from torchft.checkpointing import HTTPTransport
+from torchft.ddp import DistributedDataParallel
+from torchft.optim import OptimizerWrapper
+
+from bench.procs.hygiene import redirect_output
+from bench.rank.comm import classify
+from bench.rank.entry import RankSpec, device, store_client
+from bench.results.events import EventWriter
+from bench.scenario.registry import load_path
+from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
+from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
+
+
+def replica_log_path(events_dir: str | Path, rank: int, pid: int) -> str:
+    """Where a replica's stdout/stderr (TorchFT's Rust and Python logs) go."""
+    return str(Path(events_dir) / f"replica{rank}-{pid}.log")
+
+
+def replica_main(spec: RankSpec, events: EventWriter) -> int:
+    """Train until ``workload.steps`` steps are committed; returns the exit code."""
+    redirect_output(replica_log_path(spec.events_dir, spec.rank, os.getpid()))
+    torch.set_num_threads(1)
+
+    wl, params = spec.workload, spec.recovery.params
+    td = datetime.timedelta
+    store = store_client(spec)
+    lighthouse = store.get(LIGHTHOUSE_KEY).decode()
+    workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size,
+                                             device=device(spec))
+    version = torchft_version()
+    workaround = ddp_workaround_needed(version, params.ddp_workaround)
+
+    # The replica group's own store (torchrun's agent hosts it in a real job); group rank 0
+    # of the quorum's first member also serves the process-group rendezvous from it.
+    group_store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
+                                timeout=td(seconds=spec.wait_s))
+    pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
+    pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
+    transport = TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0)
+    manager = StampingManager(
+        pg=pg, load_state_dict=workload.load_state_dict, state_dict=workload.state_dict,
+        min_replica_size=params.min_replica_size, timeout=td(seconds=params.timeout_s),
+        quorum_timeout=td(seconds=params.quorum_timeout_s), connect_timeout=td(seconds=params.connect_timeout_s),
+        rank=0, world_size=1, store_addr="127.0.0.1", store_port=group_store.port,
+        lighthouse_addr=lighthouse, replica_id=f"replica_{spec.rank}", checkpoint_transport=transport,
+        init_sync=params.init_sync,
+    )
+    model = ddp_class(workaround)(manager, workload.model)
+    optimizer = OptimizerWrapper(manager, workload.opt)
+    events.emit("ft_ready", torchft=version[1] if version else None, ddp_workaround=workaround,
+                replica_id=f"replica_{spec.rank}", pg_timeout_s=wl.pg_timeout_s, backend=spec.backend)
+    if spec.role == "initial":
+        _start_barrier(store, len(spec.members), spec.wait_s)
+    try:
+        return _train(spec, events, manager, model, optimizer, workload)
+    finally:
+        manager.shutdown(wait=False)
+
+
+def _train(spec: RankSpec, events: EventWriter, manager: Any, model: torch.nn.Module, optimizer: Any,
+           workload: Any) -> int:
+    """The training loop: one iteration per quorum, committed or discarded."""
+    steps = spec.workload.steps
+    gen = -1
+    failing = False
+    first = True
+    events.emit("train_start", step=manager.current_step() + 1, role=spec.role)
+    while manager.current_step() < steps:
+        start = time.perf_counter()
+        manager.first_error = None
+        optimizer.zero_grad(set_to_none=False)  # starts this step's quorum (async)
+        n = manager.num_participants()  # waits for the quorum (and a heal's transfer)
+        rank = manager.participating_rank() if manager.is_participating() else None
+        quorum_id = int(getattr(manager, "_quorum_id", -1))  # no public getter in any release
+        step = manager.current_step() + 1  # a healed replica is at its source's step now
+        if first and spec.role == "replacement" and rank is not None and step == 1:
+            # It participates at step 0, so nobody in its quorum has made progress: the job
+            # it was started to rejoin is over (a healing replica does not participate).
+            events.emit("train_end", step=0, gen=quorum_id, world_size=n, reason="nothing to rejoin")
+            return 0
+        first = False
+        if quorum_id != gen:
+            events.emit("reconfigured", gen=quorum_id, world_size=n, step=step, participating=rank is not None)
+            gen = quorum_id
+        x, y = workload.batch(step, rank or 0, max(n, 1))
+        sq = ((model(x) - y) ** 2).sum()
+        (sq * max(n, 1) / workload.global_batch).backward()
+        optimizer.step()  # should_commit(); steps the wrapped optimizer only on a commit
+        if manager.current_step() == step:
+            failing = False
+            share = float(sq.item()) / workload.global_batch if rank is not None else 0.0
+            events.emit("step_end", step=step, step_s=time.perf_counter() - start, gen=gen, world_size=n,
+                        group_rank=-1 if rank is None else rank, loss_share=share, participating=rank is not None)
+            continue
+        t_err, message = manager.first_error or (time.monotonic_ns(), _first_line(manager.errored()))
+        if message and not failing:
+            events.emit("detect", t=t_err, how=classify(message), error=message[:300], gen=gen, step=step)
+            failing = True
+        events.emit("discard", step=step, gen=gen, world_size=n, error=message[:200])
+    # The final parameters' digest: replicas that diverged show as "corrupted".
+    events.emit("train_end", step=manager.current_step(), gen=gen, **workload.checksum())
+    return 0
+
+
+def _first_line(err: BaseException | None) -> str:
+    """The message of a manager error without the traceback TorchFT appends to it."""
+    return "" if err is None else (str(err).splitlines() or [type(err).__name__])[0]
+
+
+class StampingManager(torchft.Manager):
+    """TorchFT's Manager, remembering when the first error of a step was reported (the
+    loop resets :attr:`first_error` before each step)."""
+
+    first_error: tuple[int, str] | None = None
+
+    def report_error(self, e: Exception) -> None:
+        if self.first_error is None:
+            self.first_error = (time.monotonic_ns(), f"{type(e).__name__}: {_first_line(e)}")
+        super().report_error(e)
+
+
+class TimedTransport(HTTPTransport):
+    """TorchFT's HTTP checkpoint transport, timing the receiving side.
+
+    Timed: ``recv_checkpoint`` on the healing replica, i.e. the HTTP GET of the peer's
+    full state (model and optimizer, plus TorchFT's step counters) and its
+    deserialisation into CPU tensors. It runs on TorchFT's quorum thread after the new
+    quorum and process group are in place; applying the state to the model happens later,
+    in ``should_commit``, and is not included. ``bytes`` is the tensor payload received
+    (the sum of the tensors' ``nbytes``), not the HTTP framing around it.
+    """
+
+    def __init__(self, events: EventWriter, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.events = events
+
+    def recv_checkpoint(self, src_rank: int, metadata: str, step: int, timeout: datetime.timedelta) -> Any:
+        self.events.emit("restore_start", how="peer", source=src_rank, step=step,
+                         thread=threading.current_thread().name)
+        state = super().recv_checkpoint(src_rank, metadata, step, timeout)
+        leaves, _ = tree_flatten(state)
+        size = sum(t.nbytes for t in leaves if isinstance(t, torch.Tensor))
+        self.events.emit("restore_end", how="peer", source=src_rank, step=step, bytes=size)
+        return state
+
+
+def ddp_class(workaround: bool) -> type:
+    """TorchFT's DDP, or the same with the fixed comm hook where the installed release
+    lets a peer's death kill the survivors (0.2.0: ``assert fut._fut`` in its hook)."""
+    return PatchedDistributedDataParallel if workaround else DistributedDataParallel
+
+
+class PatchedDistributedDataParallel(DistributedDataParallel):
+    """The nightly's hook: a bucket whose allreduce failed is returned unchanged; the
+    manager already holds the error, so ``should_commit`` discards the step."""
+
+    @staticmethod
+    def _comm_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        work = state.allreduce(bucket.buffer())
+        if not work.wait():
+            return _completed(bucket.buffer())
+        fut = work.get_future()
+        inner = getattr(fut, "_fut", None)
+        # After an error the manager hands out a _DummyWork whose future is a plain,
+        # already-completed one: return it as it is.
+        return fut if inner is None else inner
+
+
+# DDP checks a hook's annotations at run time; this module's are strings.
+PatchedDistributedDataParallel._comm_hook.__annotations__ = {
+    "state": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+
+
+def _completed(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
+def _start_barrier(store: Any, count: int, wait_s: float) -> None:
+    """Initial replicas start their first quorum together, through the launcher's store.
+
+    Every Manager is heartbeating before anyone asks for a quorum, so the first quorum
+    holds all of them (with any join timeout) and the pre-fault world is complete and the
+    same in every trial; a replacement skips this.
+    """
+    if store.add("torchft/ready", 1) == count:
+        store.set("torchft/go", "1")
+    store.wait(["torchft/go"], datetime.timedelta(seconds=wait_s))
+
+

@@ -1,0 +1,23 @@
+"""``allreduce``: a loop of all_reduce with nccl-tests' figures (time, algbw, busbw)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.scenario.config import bounded
+from bench.scenario.registry import Plugin
+from bench.workloads import WORKLOADS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AllReduceParams:
+    size_bytes: int = bounded(1 << 20, ge=4)
+    """Bytes per all_reduce (float32 elements, so rounded down to a multiple of 4)."""
+    check: bool = True
+    """Verify every result against the expected sum, so wrong data cannot pass unseen."""
+
+
+WORKLOADS.register(Plugin(
+    name="allreduce", params=AllReduceParams, impl="bench.workloads.allreduce.impl:AllReduceWorkload",
+    summary="loop of all_reduce; time, algbw and busbw as nccl-tests computes them",
+))
