@@ -1,5 +1,5 @@
-# The two commands of the README. Both set up ./.venv first (tools/bootstrap.sh).
-.PHONY: run test
+# The two commands of the README (run, test) set up ./.venv first (tools/bootstrap.sh).
+.PHONY: run test unit lint bench
 
 run:
 	@tools/bootstrap.sh
@@ -8,3 +8,13 @@ run:
 test:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest
+
+unit:
+	@tools/bootstrap.sh --test
+	.venv/bin/python -m pytest tests/unit -q
+
+lint:
+	@tools/bootstrap.sh --test
+	.venv/bin/ruff check bench injectors tests
+	.venv/bin/ruff format --check bench injectors tests
+	.venv/bin/mypy

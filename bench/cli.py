@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -22,9 +22,13 @@ from bench.scenario.faults import FAULTS
 from bench.scenario.loader import load, points
 from bench.scenario.model import Scenario
 from bench.scenario.overrides import parse_override
-from bench.scenario.registry import Plugin, Registry
+from bench.scenario.registry import Registry
 from bench.strategies import STRATEGIES
 from bench.workloads import WORKLOADS
+
+if TYPE_CHECKING:
+    from bench.results.reader import Run
+    from bench.results.writer import RunDir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,9 +51,14 @@ def _load(name_or_file: str, sets: tuple[str, ...]) -> Scenario:
     return load(catalogue.resolve(name_or_file), [parse_override(s) for s in sets])
 
 
-SET_OPTION = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                          help="Override a scenario key (dotted, e.g. workload.world_size=3); "
-                               "VALUE is read as TOML, else as a string. Replaces a sweep of that key.")
+SET_OPTION = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario key (dotted, e.g. workload.world_size=3); "
+    "VALUE is read as TOML, else as a string. Replaces a sweep of that key.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -128,10 +137,18 @@ def validate(files: tuple[str, ...]) -> None:
 @cli.command()
 @click.argument("scenario", required=False)
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per point (overrides measure.trials).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="Base directory of results.")
-@click.option("--resume", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Complete an interrupted run in this results directory (SCENARIO not needed).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Base directory of results.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Complete an interrupted run in this results directory (SCENARIO not needed).",
+)
 @SET_OPTION
 @_errors
 def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None, sets: tuple[str, ...]) -> None:
@@ -157,8 +174,11 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
     try:
         report = run_scenario(sc, out=out, trials=trials, resume=rundir, argv=sys.argv)
     except KeyboardInterrupt:
-        click.echo("\nftbench: interrupted; finished trials are kept. Complete the run with:\n"
-                   f"  ftbench run --resume {_latest_run(out, sc.name, rundir)}", err=True)
+        click.echo(
+            "\nftbench: interrupted; finished trials are kept. Complete the run with:\n"
+            f"  ftbench run --resume {_latest_run(out, sc.name, rundir)}",
+            err=True,
+        )
         sys.exit(130)
     click.echo("")
     for point_hash, stats in report.stats.items():
@@ -169,8 +189,10 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
         click.echo("")
     for label, why in report.skipped.items():
         click.echo(f"skipped {label}: {why}")
-    click.echo("times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless. "
-               "Empty (-) means the figure does not exist for that outcome.")
+    click.echo(
+        "times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless. "
+        "Empty (-) means the figure does not exist for that outcome."
+    )
     click.echo(f"results: {report.rundir.path}")
 
 
@@ -189,7 +211,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _latest_run(out: Path, name: str, rundir: Any) -> Path:
+def _latest_run(out: Path, name: str, rundir: RunDir | None) -> Path:
     if rundir is not None:
         return rundir.path
     runs = sorted((out / name).glob("*/run.json"), key=lambda p: p.stat().st_mtime)
@@ -199,7 +221,7 @@ def _latest_run(out: Path, name: str, rundir: Any) -> Path:
 # --- report, compare, gate, export, baseline ----------------------------------------------
 
 
-def _run(path: str) -> Any:
+def _run(path: str) -> Run:
     """A results directory, loaded; unreadable files become one-line errors (exit 2)."""
     from bench.results.reader import load as load_run
 
@@ -213,22 +235,32 @@ def _run(path: str) -> Any:
 
 def _gate_options(fn: F) -> F:
     """Thresholds of the comparison; each overrides the candidate scenario's [gate] table."""
-    for option in reversed((
-        click.option("--metric", "metrics", multiple=True, metavar="FIGURE",
-                     help="Figure to compare (repeatable). Default: gate.metric for gate, every figure for compare."),
-        click.option("--factor", type=float, help="Median ratio above which a change counts (gate.factor)."),
-        click.option("--floor-s", type=float, help="Absolute difference below which it does not (gate.floor_s)."),
-        click.option("--alpha", type=float, help="Mann-Whitney p threshold (gate.alpha)."),
-        click.option("--min-trials", type=int, help="Values needed on each side (gate.min_trials)."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--metric",
+                "metrics",
+                multiple=True,
+                metavar="FIGURE",
+                help="Figure to compare (repeatable). Default: gate.metric for gate, every figure for compare.",
+            ),
+            click.option("--factor", type=float, help="Median ratio above which a change counts (gate.factor)."),
+            click.option("--floor-s", type=float, help="Absolute difference below which it does not (gate.floor_s)."),
+            click.option("--alpha", type=float, help="Mann-Whitney p threshold (gate.alpha)."),
+            click.option("--min-trials", type=int, help="Values needed on each side (gate.min_trials)."),
+        )
+    ):
         fn = option(fn)
     return fn
 
 
 @cli.command()
 @click.argument("run_dirs", nargs=-1, required=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Output directory (default: the run directory itself; required for several runs).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory (default: the run directory itself; required for several runs).",
+)
 @_errors
 def report(run_dirs: tuple[str, ...], out: Path | None) -> None:
     """Markdown and self-contained HTML report (tables, ECDFs, boxes, phases, timelines,
@@ -248,14 +280,27 @@ def report(run_dirs: tuple[str, ...], out: Path | None) -> None:
 @click.argument("cand")
 @_gate_options
 @_errors
-def compare(base: str, cand: str, metrics: tuple[str, ...], factor: float | None, floor_s: float | None,
-            alpha: float | None, min_trials: int | None) -> None:
+def compare(
+    base: str,
+    cand: str,
+    metrics: tuple[str, ...],
+    factor: float | None,
+    floor_s: float | None,
+    alpha: float | None,
+    min_trials: int | None,
+) -> None:
     """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark."""
     from bench.results import compare as cmp
 
     b, c = _run(base), _run(cand)
-    opts = cmp.GateOptions.from_spec(c.gate_spec(), metrics=metrics or cmp.default_metrics(b, c), factor=factor,
-                                     floor_s=floor_s, alpha=alpha, min_trials=min_trials)
+    opts = cmp.GateOptions.from_spec(
+        c.gate_spec(),
+        metrics=metrics or cmp.default_metrics(b, c),
+        factor=factor,
+        floor_s=floor_s,
+        alpha=alpha,
+        min_trials=min_trials,
+    )
     click.echo(f"baseline:  {b.path}\ncandidate: {c.path}")
     for line in cmp.run_differences(b, c):
         click.echo(f"  differs: {line}")
@@ -266,12 +311,25 @@ def compare(base: str, cand: str, metrics: tuple[str, ...], factor: float | None
 @click.argument("candidate")
 @click.option("--baseline", help="Run directory, scenario results directory or name under results/baselines/.")
 @_gate_options
-@click.option("--slo/--no-slo", default=True, show_default=True,
-              help="Check the candidate scenario's [[gate.slo]] service levels.")
+@click.option(
+    "--slo/--no-slo",
+    default=True,
+    show_default=True,
+    help="Check the candidate scenario's [[gate.slo]] service levels.",
+)
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @_errors
-def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor: float | None,
-         floor_s: float | None, alpha: float | None, min_trials: int | None, slo: bool, junit: Path | None) -> None:
+def gate(
+    candidate: str,
+    baseline: str | None,
+    metrics: tuple[str, ...],
+    factor: float | None,
+    floor_s: float | None,
+    alpha: float | None,
+    min_trials: int | None,
+    slo: bool,
+    junit: Path | None,
+) -> None:
     """Gate CANDIDATE against a baseline and/or service levels: exit 0 pass, 1 regression,
     2 insufficient data or bad input."""
     from bench.results import compare as cmp
@@ -280,8 +338,9 @@ def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor:
     c = _run(candidate)
     b = _run(baseline) if baseline else None
     spec = c.gate_spec()
-    opts = cmp.GateOptions.from_spec(spec, metrics=metrics, factor=factor, floor_s=floor_s, alpha=alpha,
-                                     min_trials=min_trials)
+    opts = cmp.GateOptions.from_spec(
+        spec, metrics=metrics, factor=factor, floor_s=floor_s, alpha=alpha, min_trials=min_trials
+    )
     result = gt.gate(c, opts, base=b, slos=spec.slo if slo else ())
     click.echo(f"candidate: {c.path}" + (f"\nbaseline:  {b.path}" if b else ""))
     for line in result.messages:
@@ -300,8 +359,13 @@ def gate(candidate: str, baseline: str | None, metrics: tuple[str, ...], factor:
 
 @cli.command()
 @click.argument("run_dir")
-@click.option("--format", "fmt", required=True, metavar="FORMAT",
-              help="pytest-benchmark, github-smaller, github-bigger or bencher.")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    metavar="FORMAT",
+    help="pytest-benchmark, github-smaller, github-bigger or bencher.",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout).")
 @_errors
 def export(run_dir: str, fmt: str, out: Path | None) -> None:
@@ -320,8 +384,14 @@ def export(run_dir: str, fmt: str, out: Path | None) -> None:
 @cli.command()
 @click.argument("run_dir")
 @click.option("--name", help="Baseline name (default: the scenario's name).")
-@click.option("--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("results/baselines"),
-              show_default=True, help="Where baselines are kept.")
+@click.option(
+    "--dir",
+    "root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/baselines"),
+    show_default=True,
+    help="Where baselines are kept.",
+)
 @_errors
 def baseline(run_dir: str, name: str | None, root: Path) -> None:
     """Keep RUN_DIR's run.json and trials as a baseline (for gate --baseline NAME)."""

@@ -24,17 +24,20 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from bench.results.reader import Run
 
 
 @dataclass
 class ScenarioResult:
     """The run a fixture call made, narrowed to one point and one figure."""
 
-    run: Any
-    """The :class:`bench.results.reader.Run` (all points, all figures)."""
+    run: Run
+    """The run (all points, all figures)."""
     point_hash: str
     label: str
     metric: str
@@ -65,9 +68,17 @@ class FtbenchScenario:
         self._out = out
         self._used = False
 
-    def __call__(self, scenario: str | Path, *, metric: str | None = None, point: str | None = None,
-                 trials: int | None = None, sets: Mapping[str, Any] | Sequence[str] = (),
-                 out: str | Path | None = None, progress: Callable[[str], None] | None = None) -> ScenarioResult:
+    def __call__(
+        self,
+        scenario: str | Path,
+        *,
+        metric: str | None = None,
+        point: str | None = None,
+        trials: int | None = None,
+        sets: Mapping[str, Any] | Sequence[str] = (),
+        out: str | Path | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> ScenarioResult:
         """Run ``scenario`` (a catalogue name or a TOML file) and record ``metric`` (by
         default the scenario's ``gate.metric``) of ``point`` (a label; needed when the
         scenario has several points, since a test has one benchmark)."""
@@ -77,11 +88,9 @@ class FtbenchScenario:
         from bench.scenario.overrides import parse_override
 
         self._benchmark()  # first: --benchmark-skip skips the test before a scenario runs
-        overrides = ([parse_override(s) for s in sets] if not isinstance(sets, Mapping)
-                     else list(sets.items()))
+        overrides = [parse_override(s) for s in sets] if not isinstance(sets, Mapping) else list(sets.items())
         sc = load(catalogue.resolve(str(scenario)), overrides)
-        report = run(sc, out=Path(out) if out else self._out, trials=trials,
-                     progress=progress or (lambda _line: None))
+        report = run(sc, out=Path(out) if out else self._out, trials=trials, progress=progress or (lambda _line: None))
         return self.record(report.rundir.path, metric=metric, point=point)
 
     def record(self, run_dir: str | Path, *, metric: str | None = None, point: str | None = None) -> ScenarioResult:
@@ -92,8 +101,10 @@ class FtbenchScenario:
         from bench.scenario.figures import is_figure, unit
 
         if self._used:
-            raise RuntimeError("ftbench_scenario records one point per test (pytest-benchmark keeps one "
-                               "benchmark per test); parametrize the test to record several")
+            raise RuntimeError(
+                "ftbench_scenario records one point per test (pytest-benchmark keeps one "
+                "benchmark per test); parametrize the test to record several"
+            )
         run = load(run_dir)
         metric = metric or run.gate_spec().metric
         if not is_figure(metric):
@@ -102,13 +113,22 @@ class FtbenchScenario:
         chosen = [p for p in pts if point is None or p["label"] == point]
         if len(chosen) != 1:
             labels = ", ".join(p["label"] for p in pts)
-            raise ValueError(f"choose one point with point=... (labels: {labels})" if point is None
-                             else f"no point labelled {point!r} (labels: {labels})")
+            raise ValueError(
+                f"choose one point with point=... (labels: {labels})"
+                if point is None
+                else f"no point labelled {point!r} (labels: {labels})"
+            )
         p = chosen[0]
         result = ScenarioResult(run=run, point_hash=p["point_hash"], label=p["label"], metric=metric)
         self._used = True
-        extra = {"ftbench_run": str(run.path), "point": p["label"], "point_hash": p["point_hash"], "metric": metric,
-                 "unit": unit(metric), "outcomes": result.outcomes()}
+        extra = {
+            "ftbench_run": str(run.path),
+            "point": p["label"],
+            "point_hash": p["point_hash"],
+            "metric": metric,
+            "unit": unit(metric),
+            "outcomes": result.outcomes(),
+        }
         for col in run.trials.columns:
             if is_figure(col):
                 vals = result.values(col)
@@ -141,8 +161,10 @@ def _store(benchmark: Any, values: list[float], extra: dict[str, Any]) -> None:
         return
     make_stats = getattr(benchmark, "_make_stats", None)
     if make_stats is None:
-        raise RuntimeError("this pytest-benchmark has no BenchmarkFixture._make_stats; ftbench cannot store "
-                           "figures in it (use `ftbench export --format pytest-benchmark` instead)")
+        raise RuntimeError(
+            "this pytest-benchmark has no BenchmarkFixture._make_stats; ftbench cannot store "
+            "figures in it (use `ftbench export --format pytest-benchmark` instead)"
+        )
     stats = make_stats(1)
     for v in values:
         if not math.isnan(v):

@@ -19,9 +19,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from injectors.base import Target
+
+if TYPE_CHECKING:
+    from torch import Tensor
 from injectors.signals import _send
 
 Emit = Callable[..., Any]
@@ -33,8 +37,10 @@ def arm_signal(fault_index: int) -> int:
     """The real-time signal that arms rank-side fault ``fault_index``."""
     sig = signal.SIGRTMIN + fault_index
     if sig > signal.SIGRTMAX:
-        raise ValueError(f"fault index {fault_index} has no real-time signal (at most "
-                         f"{signal.SIGRTMAX - signal.SIGRTMIN + 1} rank-side faults)")
+        raise ValueError(
+            f"fault index {fault_index} has no real-time signal (at most "
+            f"{signal.SIGRTMAX - signal.SIGRTMIN + 1} rank-side faults)"
+        )
     return sig
 
 
@@ -72,10 +78,10 @@ class RankHook:
             return True
         return False
 
-    def before(self, tensor: Any) -> None:
+    def before(self, tensor: Tensor) -> None:
         """Before the collective is issued."""
 
-    def after(self, tensor: Any) -> None:
+    def after(self, tensor: Tensor) -> None:
         """After it completed, before the caller sees the result."""
 
 
@@ -86,7 +92,7 @@ class Hang(RankHook):
         super().__init__(**kw)
         self.duration_s = duration_s
 
-    def before(self, tensor: Any) -> None:
+    def before(self, tensor: Tensor) -> None:
         if self.take():
             self.emit("inject", duration_s=self.duration_s)
             self._wait()
@@ -122,7 +128,7 @@ class Straggler(RankHook):
         self.duration_s = duration_s
         self.until: float | None = None
 
-    def before(self, tensor: Any) -> None:
+    def before(self, tensor: Tensor) -> None:
         if self.take():
             self.until = time.monotonic() + self.duration_s
             self.emit("inject", delay_s=self.delay_s, duration_s=self.duration_s)
@@ -138,7 +144,7 @@ class Straggler(RankHook):
 class Raise(RankHook):
     """The rank's next collective fails with an error instead of being issued."""
 
-    def before(self, tensor: Any) -> None:
+    def before(self, tensor: Tensor) -> None:
         if self.take():
             self.emit("inject")
             raise RuntimeError(f"{INJECTED_TAG}: failure raised inside a collective")
@@ -147,7 +153,7 @@ class Raise(RankHook):
 class Abort(RankHook):
     """The rank aborts its default process group (the communicator) mid-job."""
 
-    def before(self, tensor: Any) -> None:
+    def before(self, tensor: Tensor) -> None:
         if self.take():
             import torch.distributed as dist
 
@@ -170,7 +176,7 @@ class BitFlip(RankHook):
         self.when = when
         self._pending = False
 
-    def before(self, tensor: Any) -> None:
+    def before(self, tensor: Tensor) -> None:
         import torch
 
         if tensor.dtype != torch.float32:
@@ -181,12 +187,12 @@ class BitFlip(RankHook):
             else:
                 self._pending = True
 
-    def after(self, tensor: Any) -> None:
+    def after(self, tensor: Tensor) -> None:
         if self._pending:
             self._pending = False
             self._flip(tensor)
 
-    def _flip(self, tensor: Any) -> None:
+    def _flip(self, tensor: Tensor) -> None:
         import torch
 
         flat = tensor.view(-1)
@@ -195,12 +201,28 @@ class BitFlip(RankHook):
         before = [float(flat[i]) for i in picked[:4]]
         for i in picked:
             words[i] ^= (1 << self.bit) if self.bit < 31 else -(1 << 31)
-        self.emit("inject", bit=self.bit, when=self.when, elements=len(picked), indices=picked[:4],
-                  before=before, after=[float(flat[i]) for i in picked[:4]])
+        self.emit(
+            "inject",
+            bit=self.bit,
+            when=self.when,
+            elements=len(picked),
+            indices=picked[:4],
+            before=before,
+            after=[float(flat[i]) for i in picked[:4]],
+        )
 
 
 def install(hooks: Sequence[tuple[int, RankHook]]) -> None:
     """Arm hook i on ``SIGRTMIN + i``. Must run in the main thread."""
     assert threading.current_thread() is threading.main_thread()
     for index, hook in hooks:
-        signal.signal(arm_signal(index), lambda _sig, _frame, h=hook: h.arm())
+        signal.signal(arm_signal(index), _arming(hook))
+
+
+def _arming(hook: RankHook) -> Callable[[int, FrameType | None], None]:
+    """A signal handler that only arms ``hook`` (it may interrupt anything)."""
+
+    def handler(_sig: int, _frame: FrameType | None) -> None:
+        hook.arm()
+
+    return handler

@@ -34,7 +34,7 @@ class Kill:
 
     duration_s: float | None = None
 
-    def __init__(self, *, signal: str = "SIGKILL") -> None:  # noqa: A002 (the scenario's key)
+    def __init__(self, *, signal: str = "SIGKILL") -> None:
         self.signal = signal
         self._sig = _SIGNALS[signal]
 

@@ -2,7 +2,7 @@
 # Set up ./.venv for ftbench on a fresh machine; idempotent and quick when nothing changed.
 #
 #   tools/bootstrap.sh          runtime (ftbench, torch, torchft)
-#   tools/bootstrap.sh --test   also pytest & co, and (as root) the system tools the tests use
+#   tools/bootstrap.sh --test   also pytest, ruff, mypy & co, and (as root) the system tools the tests use
 #
 # torch: one the base Python already has is kept (the venv sees it); otherwise the CUDA
 # build where a GPU is visible, else the CPU build FTBENCH_TORCH (default torch==2.13.0,
@@ -34,7 +34,7 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
 fi
 
 extras=torchft
-[ "$MODE" = "--test" ] && extras=torchft,test
+[ "$MODE" = "--test" ] && extras=torchft,test,lint
 stamp="$VENV/.ftbench-$extras-$(cat pyproject.toml tools/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   pip install -e ".[$extras]"

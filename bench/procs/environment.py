@@ -13,14 +13,17 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import bench
 from bench.results.events import CLOCK
 
-KNOB = re.compile(r"^(NCCL_|TORCH_NCCL_|TORCH_DISTRIBUTED_|TORCH_GLOO_|GLOO_|TORCHELASTIC_|TORCHFT_|"
-                  r"TORCH_DISABLE_|OMP_NUM_THREADS$|MASTER_|CUDA_VISIBLE_DEVICES$|RUST_LOG$)")
+KNOB = re.compile(
+    r"^(NCCL_|TORCH_NCCL_|TORCH_DISTRIBUTED_|TORCH_GLOO_|GLOO_|TORCHELASTIC_|TORCHFT_|"
+    r"TORCH_DISABLE_|OMP_NUM_THREADS$|MASTER_|CUDA_VISIBLE_DEVICES$|RUST_LOG$)"
+)
 
 
 def package_version(*names: str) -> str | None:
@@ -32,13 +35,15 @@ def package_version(*names: str) -> str | None:
     return None
 
 
-def versions() -> dict[str, Any]:
+def versions(packages: Sequence[str] = ()) -> dict[str, Any]:
+    """ftbench, Python, torch, CUDA and NCCL, and each installed distribution of
+    ``packages`` (the stacks the strategies declare), by its distribution name."""
     import torch
 
     nccl = None
     if torch.cuda.is_available():
         try:
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
         except Exception:
             nccl = None
     return {
@@ -47,7 +52,7 @@ def versions() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nccl": nccl,
-        "torchft": package_version("torchft-nightly", "torchft"),
+        **{name: version for name in packages if (version := package_version(name))},
     }
 
 
@@ -60,7 +65,9 @@ def machine() -> dict[str, Any]:
             mem = int(fh.readline().split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -83,7 +90,7 @@ def clock() -> dict[str, Any]:
         "implementation": info.implementation,
         "resolution_s": info.resolution,
         "note": "figures are differences of one host's monotonic clock; an injection is "
-                "stamped just before kill(2) and t_sent just after (see inject events)",
+        "stamped just before kill(2) and t_sent just after (see inject events)",
     }
 
 
@@ -91,12 +98,17 @@ def commit() -> str:
     """Short commit of the ftbench source, ``+dirty`` if modified; ``nogit`` outside git."""
     root = Path(__file__).resolve().parents[2]
     try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         if not sha:
             return "nogit"
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "nogit"

@@ -60,7 +60,7 @@ def marked() -> dict[int, str]:
             continue
         for item in env.split(b"\0"):
             if item.startswith(prefix):
-                found[int(entry.name)] = item[len(prefix):].decode(errors="replace")
+                found[int(entry.name)] = item[len(prefix) :].decode(errors="replace")
                 break
     return found
 

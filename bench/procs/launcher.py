@@ -19,7 +19,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +42,21 @@ class ProcessHost:
         os.environ[MARKER] = self.run_id
         self.guard = subprocess.Popen(
             [sys.executable, "-m", "bench.procs.guard", self.run_id, str(os.getpid())],
-            stdin=subprocess.PIPE, start_new_session=True,
+            stdin=subprocess.PIPE,
+            start_new_session=True,
         )
-        self._contexts: dict[str, Any] = {}
+        self._contexts: dict[str, ForkServerContext | SpawnContext] = {}
 
-    def context(self, start_method: str) -> Any:
+    def context(self, start_method: str) -> ForkServerContext | SpawnContext:
         """The multiprocessing context for ranks (the forkserver starts on first use)."""
         ctx = self._contexts.get(start_method)
         if ctx is None:
-            ctx = multiprocessing.get_context(start_method)
             if start_method == "forkserver":
+                ctx = multiprocessing.get_context("forkserver")
                 ctx.set_forkserver_preload(["bench.procs.zygote"])
                 multiprocessing.forkserver.ensure_running()
+            else:
+                ctx = multiprocessing.get_context("spawn")
             self._contexts[start_method] = ctx
         return ctx
 
@@ -97,10 +103,10 @@ def store_main(port_file: str, events_dir: str) -> None:
 
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
-                          timeout=datetime.timedelta(hours=1))
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, timeout=datetime.timedelta(hours=1))
     EventWriter(Path(events_dir) / f"store-{os.getpid()}.jsonl", src="store", pid=os.getpid()).emit(
-        "proc_start", role="store", port=store.port)
+        "proc_start", role="store", port=store.port
+    )
     publish(port_file, str(store.port))
     while True:
         signal.pause()
@@ -118,7 +124,7 @@ def publish(path: str, text: str) -> None:
 @dataclass
 class RankProcess:
     rank: int
-    process: Any
+    process: BaseProcess
     exitcode: int | None = None
 
 
@@ -131,7 +137,7 @@ class LocalLauncher:
     trial_dir: Path
     events_dir: Path
     ranks: list[RankProcess] = field(default_factory=list)
-    store_process: Any = None
+    store_process: BaseProcess | None = None
     store_port: int = 0
 
     def __post_init__(self) -> None:
@@ -140,14 +146,15 @@ class LocalLauncher:
     def start_store(self, timeout_s: float = 60.0) -> int:
         port_file = self.trial_dir / "store.port"
         port_file.unlink(missing_ok=True)
-        self.store_process = self.ctx.Process(target=store_main, args=(str(port_file), str(self.events_dir)),
-                                              name="ftbench-store", daemon=False)
+        self.store_process = self.ctx.Process(
+            target=store_main, args=(str(port_file), str(self.events_dir)), name="ftbench-store", daemon=False
+        )
         self.store_process.start()
         self.store_port = int(self.await_file(self.store_process, port_file, "the store", timeout_s))
         return self.store_port
 
     @staticmethod
-    def await_file(process: Any, path: Path, what: str, timeout_s: float) -> str:
+    def await_file(process: BaseProcess, path: Path, what: str, timeout_s: float) -> str:
         """Wait for ``process`` to :func:`publish` ``path``; its text (the file is removed)."""
         deadline = time.monotonic() + timeout_s
         while not path.exists():
@@ -166,10 +173,11 @@ class LocalLauncher:
 
         import torch.distributed as dist
 
-        return dist.PrefixStore("ftb", dist.TCPStore("127.0.0.1", self.store_port, None, False,
-                                                     timeout=datetime.timedelta(seconds=30)))
+        return dist.PrefixStore(
+            "ftb", dist.TCPStore("127.0.0.1", self.store_port, None, False, timeout=datetime.timedelta(seconds=30))
+        )
 
-    def start_rank(self, rank: int, target: Any, *args: Any) -> RankProcess:
+    def start_rank(self, rank: int, target: Callable[..., None], *args: object) -> RankProcess:
         process = self.ctx.Process(target=target, args=args, name=f"ftbench-rank{rank}", daemon=False)
         process.start()
         rp = RankProcess(rank=rank, process=process)

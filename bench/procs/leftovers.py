@@ -52,13 +52,13 @@ def cleanup() -> list[str]:
 
 
 def _namespaces(active: set[str]) -> list[str]:
-    from injectors.link import netns
+    from injectors.link import netns, system, teardown
 
-    if netns.available() is not None:
+    if system.available() is not None:
         return []
     keep = {netns.tag_for(run) for run in active}
-    tags = {m.group(1) for n in netns.namespaces() if (m := re.fullmatch(rf"{netns.PREFIX}-([a-z0-9]+)-.*", n))}
+    tags = {m.group(1) for n in system.namespaces() if (m := re.fullmatch(rf"{system.PREFIX}-([a-z0-9]+)-.*", n))}
     removed = []
     for tag in sorted(tags - keep):
-        removed += netns.cleanup_all(tag)
+        removed += teardown.cleanup_all(tag)
     return removed

@@ -18,8 +18,8 @@ from bench.procs.hygiene import set_pdeathsig
 set_pdeathsig()
 
 import torch  # noqa: E402
-import torch.distributed  # noqa: E402,F401
-import torch.nn.parallel  # noqa: E402,F401
+import torch.distributed  # noqa: E402
+import torch.nn.parallel  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -36,6 +36,6 @@ _warm()
 import bench.rank.loop  # noqa: E402,F401  (rank-side code, so forks need no import)
 
 try:  # the torchft strategy's replicas and lighthouse, when torchft is installed
-    import torchft  # noqa: E402,F401
+    import torchft  # noqa: F401
 except ImportError:
     pass

@@ -98,14 +98,15 @@ class Watch:
 class Comm:
     """Collectives of one process-group generation, abortable through the store."""
 
-    def __init__(self, *, group_rank: int, group_size: int, backend: str,
-                 watch: Watch | None = None, hooks: Sequence[Hook] = ()) -> None:
+    def __init__(
+        self, *, group_rank: int, group_size: int, backend: str, watch: Watch | None = None, hooks: Sequence[Hook] = ()
+    ) -> None:
         self.group_rank = group_rank
         self.group_size = group_size
         self.backend = backend
         self.hooks = list(hooks)
         self._lock = threading.Lock()
-        self._pending: set[torch.futures.Future] = set()
+        self._pending: set[torch.futures.Future[torch.Tensor]] = set()
         self._aborted: str | None = None
         self._failed = False
         if watch is not None:
@@ -142,11 +143,11 @@ class Comm:
         except Exception as err:  # torch wraps the future's exception
             raise CollectiveError(str(err)) from err
 
-    def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future:
-        out: torch.futures.Future = torch.futures.Future()
+    def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         with self._lock:
             if self._aborted is not None:
-                out.set_exception(CollectiveError(self._aborted, "peer_abort"))
+                _fail(out, CollectiveError(self._aborted, "peer_abort"))
                 return out
             self._pending.add(out)
         try:
@@ -157,7 +158,7 @@ class Comm:
             self._finish(out, error=err)
             return out
 
-        def done(f: torch.futures.Future) -> None:
+        def done(f: torch.futures.Future[torch.Tensor]) -> None:
             try:
                 f.value()
                 for hook in self.hooks:
@@ -179,7 +180,7 @@ class Comm:
             pending, self._pending = self._pending, set()
         for fut in pending:
             if not fut.done():
-                fut.set_exception(CollectiveError(reason, "peer_abort"))
+                _fail(fut, CollectiveError(reason, "peer_abort"))
         if self.backend == "nccl":
             # NCCL kernels keep the stream busy until the communicator is aborted (gloo
             # has no such call that works: docs/facts.md). Untested here: no GPU.
@@ -187,14 +188,16 @@ class Comm:
             if abort is not None:
                 abort()
 
-    def _finish(self, out: torch.futures.Future, *, value: Any = None, error: BaseException | None = None) -> None:
+    def _finish(
+        self, out: torch.futures.Future[torch.Tensor], *, value: Any = None, error: BaseException | None = None
+    ) -> None:
         with self._lock:
             if out not in self._pending:
                 return  # already failed by an abort
             self._pending.discard(out)
             self._failed = self._failed or error is not None
         if error is not None:
-            out.set_exception(CollectiveError(str(error)))
+            _fail(out, CollectiveError(str(error)))
         else:
             out.set_result(value)
 
@@ -205,3 +208,8 @@ class Comm:
         except Exception:
             return  # the watch timed out (trial deadline) or the store is gone
         self.abort(f"{ABORT_TAG}: {reason}")
+
+
+def _fail(fut: torch.futures.Future[torch.Tensor], error: CollectiveError) -> None:
+    # torch types set_exception's argument as the future's value type; it takes an exception.
+    fut.set_exception(error)  # type: ignore[arg-type]

@@ -98,8 +98,9 @@ def main(spec: RankSpec) -> None:
 
         enter(spec.netns)
         os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
-    events = EventWriter(Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl",
-                         src="rank", rank=spec.rank, pid=os.getpid())
+    events = EventWriter(
+        Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl", src="rank", rank=spec.rank, pid=os.getpid()
+    )
     events.emit("proc_start", role=spec.role)
     code = EXIT_CRASHED
     try:
@@ -121,8 +122,10 @@ def store_client(spec: RankSpec) -> Any:
 
     import torch.distributed as dist
 
-    return dist.PrefixStore(spec.store_prefix, dist.TCPStore(
-        spec.store_host, spec.store_port, None, False, timeout=datetime.timedelta(seconds=spec.wait_s)))
+    return dist.PrefixStore(
+        spec.store_prefix,
+        dist.TCPStore(spec.store_host, spec.store_port, None, False, timeout=datetime.timedelta(seconds=spec.wait_s)),
+    )
 
 
 def device(spec: RankSpec) -> torch.device:
@@ -142,6 +145,7 @@ def install_hooks(spec: RankSpec, events: EventWriter) -> Sequence[Hook]:
 
     hooks = []
     for h in spec.hooks:
+
         def emit(event: str, _h: HookSpec = h, **fields: Any) -> None:
             events.emit(event, fault=_h.index, kind=_h.kind, ranks=[spec.rank], **fields)
 

@@ -33,8 +33,9 @@ def train(spec: RankSpec, events: EventWriter) -> int:
     hooks = install_hooks(spec, events)
     policy: RankPolicy = load_path(spec.policy)(spec, events, hooks)
     wl = spec.workload
-    workload: Workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size,
-                                                        device=device(spec))
+    workload: Workload = load_path(spec.workload_impl)(
+        wl.params, seed=spec.seed, world_size=wl.world_size, device=device(spec)
+    )
     RETIRED.append(workload)
     events.emit("workload_ready")
     pos = policy.start(workload)
@@ -53,14 +54,21 @@ def train(spec: RankSpec, events: EventWriter) -> int:
             answer = policy.on_failure(pos, err, workload)
         else:
             world = pos.world
-            events.emit("step_end", step=pos.step, step_s=time.perf_counter() - started, gen=world.gen,
-                        world_size=world.size, group_rank=world.group_rank, **fields)
-            answer = policy.after_step(Position(world=world, comm=pos.comm, step=pos.step, committed=pos.step),
-                                       workload)
+            events.emit(
+                "step_end",
+                step=pos.step,
+                step_s=time.perf_counter() - started,
+                gen=world.gen,
+                world_size=world.size,
+                group_rank=world.group_rank,
+                **fields,
+            )
+            answer = policy.after_step(
+                Position(world=world, comm=pos.comm, step=pos.step, committed=pos.step), workload
+            )
         if isinstance(answer, int):
             return answer
         pos = answer
     policy.finish(pos)
-    events.emit("train_end", step=pos.committed, gen=pos.world.gen, world_size=pos.world.size,
-                **workload.checksum())
+    events.emit("train_end", step=pos.committed, gen=pos.world.gen, world_size=pos.world.size, **workload.checksum())
     return 0

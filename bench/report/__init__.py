@@ -12,16 +12,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from bench.report.document import ReportFiles  # noqa: E402
-from bench.results.reader import load  # noqa: E402
+from bench.report.document import ReportFiles
+from bench.results.reader import load
 
 
 def make_report(run_dirs: list[str | Path], out: str | Path | None = None) -> ReportFiles:
     """Report on one or several runs. Without ``out`` a single run's report goes into
     its own directory (``report.md``, ``report.html``, ``plots/``); several runs need
     ``out``."""
-    from bench.scenario.config import ConfigError
     from bench.report.document import build
+    from bench.scenario.config import ConfigError
 
     runs = [load(p) for p in run_dirs]
     if out is None:

@@ -69,11 +69,20 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     names = ", ".join(sorted({r.name for r in runs}))
     rep.add("h1", f"ftbench report: {names}")
     tags = run_tags(runs) if len(runs) > 1 else [""]
-    rep.add("p", "Runs: " + "; ".join(f"{f'**{tag}**: ' if tag else ''}`{r.path}` ({r.info.get('status', '?')}, "
-                                      f"{r.info.get('created', '?')})" for r, tag in zip(runs, tags)))
-    rep.add("p", "Cells read `median [95 % CI of the median] (n)`; the interval needs n >= 6 and is left out "
-                 "below that. `-` means no trial has the figure (e.g. `ttr_s` of a job that stopped). "
-                 "Times are differences of CLOCK_MONOTONIC; fault-free reference trials are excluded.")
+    rep.add(
+        "p",
+        "Runs: "
+        + "; ".join(
+            f"{f'**{tag}**: ' if tag else ''}`{r.path}` ({r.info.get('status', '?')}, {r.info.get('created', '?')})"
+            for r, tag in zip(runs, tags, strict=True)
+        ),
+    )
+    rep.add(
+        "p",
+        "Cells read `median [95 % CI of the median] (n)`; the interval needs n >= 6 and is left out "
+        "below that. `-` means no trial has the figure (e.g. `ttr_s` of a job that stopped). "
+        "Times are differences of CLOCK_MONOTONIC; fault-free reference trials are excluded.",
+    )
     rep.add("h2", "Summary")
     rep.add("table", table=tables.summary(series))
     _distributions(rep, series, plot_dir)
@@ -97,28 +106,46 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
 def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:
     rep.add("h2", "Distributions")
     path = plots.ecdf(series, ("ttd_s", "ttr_s"), plot_dir / "ecdf.png")
-    rep.figure(path, "Empirical CDF of time to detect and time to recover per point (log x): the further "
-                     "left and the steeper, the faster and the more predictable." if path else
-               "No trial of any point has ttd_s or ttr_s: nothing was detected, so there is no ECDF.", "ECDF")
+    rep.figure(
+        path,
+        "Empirical CDF of time to detect and time to recover per point (log x): the further "
+        "left and the steeper, the faster and the more predictable."
+        if path
+        else "No trial of any point has ttd_s or ttr_s: nothing was detected, so there is no ECDF.",
+        "ECDF",
+    )
     path = plots.boxes(series, ("ttd_s", "ttr_s", "downtime_s"), plot_dir / "box.png")
-    rep.figure(path, "Box (median, quartiles, whiskers at 1.5 IQR) per point with every trial as a dot."
-               if path else "No latency figure exists in any trial: no box plot.", "box plots")
+    rep.figure(
+        path,
+        "Box (median, quartiles, whiskers at 1.5 IQR) per point with every trial as a dot."
+        if path
+        else "No latency figure exists in any trial: no box plot.",
+        "box plots",
+    )
 
 
 def _phases(rep: Report, series: list[Series], plot_dir: Path) -> None:
     rep.add("h2", "Phases of recovery")
     path = plots.phase_bars(series, plot_dir / "phases.png")
-    rep.figure(path, "Median of each phase, stacked in the order they happen (detect, then the strategy's "
-                     "phases, then catch-up). Medians of the parts need not add up to the median downtime (◆)."
-               if path else "No trial has phase figures.", "phase bars")
+    rep.figure(
+        path,
+        "Median of each phase, stacked in the order they happen (detect, then the strategy's "
+        "phases, then catch-up). Medians of the parts need not add up to the median downtime (◆)."
+        if path
+        else "No trial has phase figures.",
+        "phase bars",
+    )
     rep.add("table", table=tables.phases(series))
 
 
 def _timelines(rep: Report, series: list[Series], plot_dir: Path) -> None:
     rep.add("h2", "Step-time timelines")
-    rep.add("p", "One typical trial per point: every rank's step time (log scale) against time since the trial "
-                 "started, the injection as a dashed red line and the phases shaded. The lower panel zooms in "
-                 "on the fault.")
+    rep.add(
+        "p",
+        "One typical trial per point: every rank's step time (log scale) against time since the trial "
+        "started, the injection as a dashed red line and the phases shaded. The lower panel zooms in "
+        "on the fault.",
+    )
     for i, s in enumerate(series):
         rep.add("h3", s.name)
         path, why = timeline.timeline(s, plot_dir / f"timeline_{i:02d}_{_slug(s.name)}.png")
@@ -151,10 +178,14 @@ def render_html(rep: Report, title: str) -> str:
             body.append(tables.html_table(b.table))
         elif b.kind == "img" and b.image is not None:
             data = base64.b64encode(b.image.read_bytes()).decode()
-            body.append(f'<figure><img alt="{tables.escape(b.alt)}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{tables.escape(b.text)}</figcaption></figure>")
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{tables.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            body.append(
+                f'<figure><img alt="{tables.escape(b.alt)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{tables.escape(b.text)}</figcaption></figure>"
+            )
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{tables.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
 def _inline(text: str) -> str:

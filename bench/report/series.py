@@ -20,17 +20,48 @@ from bench.results.reader import Run, flatten
 from bench.scenario.figures import outcomes_text, phase_name
 
 #: Colour-blind-safe qualitative palette (Okabe-Ito), then matplotlib's tab10.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#882255",
-           "#117733", "#999933", "#332288", "#AA4499", "#44AA99", "#8c564b")
+PALETTE = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#000000",
+    "#882255",
+    "#117733",
+    "#999933",
+    "#332288",
+    "#AA4499",
+    "#44AA99",
+    "#8c564b",
+)
 #: Line styles and markers that tell apart series of one colour (see build_series).
 STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
 #: Phase colours: one per phase name, stable across reports.
-PHASE_COLOURS = {"detect": "#D55E00", "isolate": "#E69F00", "reconfigure": "#0072B2", "restore": "#009E73",
-                 "catchup": "#CC79A7"}
+PHASE_COLOURS = {
+    "detect": "#D55E00",
+    "isolate": "#E69F00",
+    "reconfigure": "#0072B2",
+    "restore": "#009E73",
+    "catchup": "#CC79A7",
+}
 #: Phases other strategies add (restart: agent, teardown, spawn, import...): hues apart
 #: from the five above first (Paul Tol's muted palette and a few more).
-EXTRA_PHASE_COLOURS = ("#88CCEE", "#332288", "#DDCC77", "#882255", "#999933", "#8c564b", "#BBBBBB", "#117733",
-                       "#AA4499", "#44AA99", "#6699CC", "#997700")
+EXTRA_PHASE_COLOURS = (
+    "#88CCEE",
+    "#332288",
+    "#DDCC77",
+    "#882255",
+    "#999933",
+    "#8c564b",
+    "#BBBBBB",
+    "#117733",
+    "#AA4499",
+    "#44AA99",
+    "#6699CC",
+    "#997700",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +124,7 @@ def build_series(runs: list[Run]) -> list[Series]:
     otherwise every series has a colour of its own."""
     tags = run_tags(runs)
     found = []
-    for run, tag in zip(runs, tags):
+    for run, tag in zip(runs, tags, strict=True):
         for p in run.points():
             rows = run.measured(p["point_hash"])
             if rows.empty:
@@ -113,8 +144,18 @@ def build_series(runs: list[Run]) -> list[Series]:
             linestyle, marker = STYLES[variants.index(variant) % len(STYLES)]
         else:
             colour, (linestyle, marker) = PALETTE[i % len(PALETTE)], STYLES[(i // len(PALETTE)) % len(STYLES)]
-        out.append(Series(run=run, point_hash=p["point_hash"], label=p["label"], name=name, colour=colour,
-                          strategy=strategy, linestyle=linestyle, marker=marker))
+        out.append(
+            Series(
+                run=run,
+                point_hash=p["point_hash"],
+                label=p["label"],
+                name=name,
+                colour=colour,
+                strategy=strategy,
+                linestyle=linestyle,
+                marker=marker,
+            )
+        )
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -39,11 +40,15 @@ def size(v: float) -> str:
     return f"{v:.3g} GB"
 
 
+def _general(v: float) -> str:
+    return f"{v:.3g}"
+
+
 def _cell(values: list[float], unit: str) -> str:
     s = describe(values)
     if s.n == 0:
         return "-"
-    fmt = {"s": seconds, "bytes": size}.get(unit, lambda v: f"{v:.3g}")
+    fmt: Callable[[float], str] = {"s": seconds, "bytes": size}.get(unit, _general)
     ci = f" [{fmt(s.ci.low)}, {fmt(s.ci.high)}]" if s.ci.exists else ""
     return f"{fmt(s.median)}{ci} (n={s.n})"
 
@@ -54,8 +59,12 @@ def summary(series: list[Series]) -> pd.DataFrame:
     shown = [m for m in FAULT_FIGURES if m in LATENCIES or any(s.values(m) for s in series)]
     rows = []
     for s in series:
-        row: dict[str, Any] = {"point": s.name, "strategy": s.strategy,
-                               "trials": int(s.rows()["trial"].nunique()), "outcomes": s.outcomes_text()}
+        row: dict[str, Any] = {
+            "point": s.name,
+            "strategy": s.strategy,
+            "trials": int(s.rows()["trial"].nunique()),
+            "outcomes": s.outcomes_text(),
+        }
         for m in shown:
             row[m] = _cell(s.values(m), figure(m).unit)
             if m == "ttr_s":
@@ -86,8 +95,11 @@ def environment(runs: list[Run], tags: list[str] | None = None) -> pd.DataFrame:
     for run in runs:
         info = run.info
         entries: dict[str, str] = {
-            "run": run.tag, "scenario": run.name, "created": str(info.get("created", "")),
-            "status": str(info.get("status", "")), "ftbench commit": str(info.get("commit", "")),
+            "run": run.tag,
+            "scenario": run.name,
+            "created": str(info.get("created", "")),
+            "status": str(info.get("status", "")),
+            "ftbench commit": str(info.get("commit", "")),
             "trials per point": str(info.get("trials", "")),
         }
         for k, v in (info.get("versions") or {}).items():
@@ -104,7 +116,9 @@ def environment(runs: list[Run], tags: list[str] | None = None) -> pd.DataFrame:
         table.append(entries)
         keys += [k for k in entries if k not in keys]
     heads = [t or f"run {i + 1}" for i, t in enumerate(tags or [""] * len(runs))] if len(runs) > 1 else ["value"]
-    frame = pd.DataFrame({head: [t.get(k, "-") for k in keys] for head, t in zip(heads, table)}, index=keys)
+    frame = pd.DataFrame(
+        {head: [t.get(k, "-") for k in keys] for head, t in zip(heads, table, strict=True)}, index=keys
+    )
     frame.index.name = "item"
     return frame.reset_index()
 
@@ -115,8 +129,9 @@ def scenario_points(runs: list[Run]) -> pd.DataFrame:
     for run in runs:
         for p in run.points():
             values = ", ".join(f"{k}={v}" for k, v in (p.get("values") or {}).items()) or "(no sweep)"
-            rows.append({"run": run.tag, "point": p["label"], "swept values": values,
-                         "point_hash": p["point_hash"][:12]})
+            rows.append(
+                {"run": run.tag, "point": p["label"], "swept values": values, "point_hash": p["point_hash"][:12]}
+            )
     return pd.DataFrame(rows)
 
 

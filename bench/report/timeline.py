@@ -73,11 +73,22 @@ def timeline(series: Series, path: Path) -> tuple[Path | None, str]:
     ax_zoom.set_title("around the fault", fontsize=9)
     ax_zoom.set_xlabel("seconds since trial start (each step: a bar over the time it took, a dot at its end)")
     for t, text in marks.injections:
-        ax_zoom.annotate(text, (t, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
-                         textcoords="offset points", color="#B00020", fontsize=8, va="top")
+        ax_zoom.annotate(
+            text,
+            (t, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            color="#B00020",
+            fontsize=8,
+            va="top",
+        )
     handles, _ = ax_full.get_legend_handles_labels()
-    handles += [Patch(color=phase_colour(c, order), alpha=0.45, label=phase_name(c)) for c in order
-                if any(s.column == c for s in marks.spans)]
+    handles += [
+        Patch(color=phase_colour(c, order), alpha=0.45, label=phase_name(c))
+        for c in order
+        if any(s.column == c for s in marks.spans)
+    ]
     handles.append(ax_full.axvline(math.nan, color="#B00020", ls="--", label="injection"))
     fig.legend(handles=handles, loc="outside right upper", fontsize=8)
     return save(fig, path), why
@@ -117,41 +128,58 @@ def loss_curves(series: list[Series], path: Path) -> tuple[Path | None, str]:
     for i, (s, sel) in enumerate(panels):
         row, col = divmod(i, cols)
         ax = fig.add_subplot(grid[2 * row, col])
-        ax_d = fig.add_subplot(grid[2 * row + 1, col], sharex=ax)
-        ref = _curve(sel[sel["reference"]]) if sel["reference"].any() else None
-        trials = sel[~sel["reference"]]
-        if ref is not None:
-            ax.plot(ref["step"], ref["loss"], color="#888888", lw=3.0, alpha=0.6, label="fault-free reference")
-        for j, (_, group) in enumerate(trials.groupby("trial")):
-            curve = _curve(group)
-            ax.plot(curve["step"], curve["loss"], color=s.colour, lw=1.0, alpha=0.8,
-                    label="fault trials" if j == 0 else None)
-            if ref is not None:
-                diff = curve.merge(ref, on="step", suffixes=("", "_ref"))
-                ax_d.plot(diff["step"], diff["loss"] - diff["loss_ref"], color=s.colour, lw=1.0, alpha=0.8)
-        if ref is None:
+        if not _loss_panel(ax, fig.add_subplot(grid[2 * row + 1, col], sharex=ax), s, sel):
             missing.append(s.name)
-            ax_d.text(0.5, 0.5, "no fault-free reference in this run\n(set measure.reference = true)",
-                      transform=ax_d.transAxes, ha="center", va="center", fontsize=8, color="#444444")
-        marks = trial_marks(s, int(trials["trial"].min())) if not trials.empty else None
-        for k, step in enumerate(marks.inject_steps if marks else []):
-            for a in (ax, ax_d):
-                a.axvline(step, color="#B00020", ls="--", lw=1.2, label="injection" if a is ax and k == 0 else None)
-        if bool((sel["loss"] > 0).all()):
-            ax.set_yscale("log")
-        ax.set_title(f"{s.name} ({trials['trial'].nunique()} trials)", fontsize=9)
-        ax.set_ylabel("training loss")
-        ax_d.axhline(0, color="#888888", lw=1)
-        ax_d.set_ylabel("minus reference")
-        ax_d.set_xlabel("step")
-        for a in (ax, ax_d):
-            a.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=8, loc="upper right")
-    caption = ("loss per step of every fault trial against the fault-free reference run of the same point and "
-               "seed (top), and the difference (bottom)")
+    caption = (
+        "loss per step of every fault trial against the fault-free reference run of the same point and "
+        "seed (top), and the difference (bottom)"
+    )
     if missing:
         caption += f"; no reference was run for {', '.join(missing)} (measure.reference = false)"
     return save(fig, path), caption
+
+
+def _loss_panel(ax: Axes, ax_d: Axes, s: Series, sel: pd.DataFrame) -> bool:
+    """One series: its trials' loss curves (top) and their difference from the
+    reference (bottom); False if the run has no reference to compare with."""
+    ref = _curve(sel[sel["reference"]]) if sel["reference"].any() else None
+    trials = sel[~sel["reference"]]
+    if ref is not None:
+        ax.plot(ref["step"], ref["loss"], color="#888888", lw=3.0, alpha=0.6, label="fault-free reference")
+    for j, (_, group) in enumerate(trials.groupby("trial")):
+        curve = _curve(group)
+        ax.plot(
+            curve["step"], curve["loss"], color=s.colour, lw=1.0, alpha=0.8, label="fault trials" if j == 0 else None
+        )
+        if ref is not None:
+            diff = curve.merge(ref, on="step", suffixes=("", "_ref"))
+            ax_d.plot(diff["step"], diff["loss"] - diff["loss_ref"], color=s.colour, lw=1.0, alpha=0.8)
+    if ref is None:
+        ax_d.text(
+            0.5,
+            0.5,
+            "no fault-free reference in this run\n(set measure.reference = true)",
+            transform=ax_d.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#444444",
+        )
+    marks = trial_marks(s, int(trials["trial"].min())) if not trials.empty else None
+    for k, step in enumerate(marks.inject_steps if marks else []):
+        for a in (ax, ax_d):
+            a.axvline(step, color="#B00020", ls="--", lw=1.2, label="injection" if a is ax and k == 0 else None)
+    if bool((sel["loss"] > 0).all()):
+        ax.set_yscale("log")
+    ax.set_title(f"{s.name} ({trials['trial'].nunique()} trials)", fontsize=9)
+    ax.set_ylabel("training loss")
+    ax_d.axhline(0, color="#888888", lw=1)
+    ax_d.set_ylabel("minus reference")
+    ax_d.set_xlabel("step")
+    for a in (ax, ax_d):
+        a.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8, loc="upper right")
+    return ref is not None
 
 
 def _curve(group: pd.DataFrame) -> pd.DataFrame:

@@ -46,9 +46,16 @@ class GateOptions:
     min_trials: int
 
     @classmethod
-    def from_spec(cls, spec: GateSpec, *, metrics: Sequence[str] = (), factor: float | None = None,
-                  floor_s: float | None = None, alpha: float | None = None,
-                  min_trials: int | None = None) -> GateOptions:
+    def from_spec(
+        cls,
+        spec: GateSpec,
+        *,
+        metrics: Sequence[str] = (),
+        factor: float | None = None,
+        floor_s: float | None = None,
+        alpha: float | None = None,
+        min_trials: int | None = None,
+    ) -> GateOptions:
         """Overrides are checked by the same rules as the table (its field bounds); an
         error names the option it came from."""
         chosen = tuple(metrics) or (spec.metric,)
@@ -62,8 +69,13 @@ class GateOptions:
                 except ConfigError as err:
                     raise ConfigError("--" + key.replace("_", "-"), "", err.expected, err.got) from None
         merged = {k: getattr(spec, k) if v is None else v for k, v in given.items()}
-        return cls(metrics=chosen, factor=float(merged["factor"]), floor_s=float(merged["floor_s"]),
-                   alpha=float(merged["alpha"]), min_trials=int(merged["min_trials"]))
+        return cls(
+            metrics=chosen,
+            factor=float(merged["factor"]),
+            floor_s=float(merged["floor_s"]),
+            alpha=float(merged["alpha"]),
+            min_trials=int(merged["min_trials"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +157,21 @@ def compare_pair(base: Run, cand: Run, pair: Pair, metric: str, opts: GateOption
     """The verdict on one figure of one pair; see the module docstring for the marks."""
     bv = base.values(pair.base, metric) if pair.base else []
     cv = cand.values(pair.cand, metric) if pair.cand else []
-    row = Row(label=pair.label, metric=metric, mark=" ", verdict="no change", n_base=len(bv), n_cand=len(cv),
-              base_median=median(bv), cand_median=median(cv), ratio=_ratio(median(cv), median(bv)),
-              p=math.nan, how=pair.how, base_hash=pair.base, cand_hash=pair.cand)
+    row = Row(
+        label=pair.label,
+        metric=metric,
+        mark=" ",
+        verdict="no change",
+        n_base=len(bv),
+        n_cand=len(cv),
+        base_median=median(bv),
+        cand_median=median(cv),
+        ratio=_ratio(median(cv), median(bv)),
+        p=math.nan,
+        how=pair.how,
+        base_hash=pair.base,
+        cand_hash=pair.cand,
+    )
     failing = new_failures(base, cand, pair)
     if failing:
         return replace(row, mark="!", verdict="newly failing", note=failing)
@@ -160,13 +184,21 @@ def compare_pair(base: Run, cand: Run, pair: Pair, metric: str, opts: GateOption
         return replace(row, mark="x", verdict="not comparable", note=f"{metric} exists on neither side")
     if not cv:  # the baseline measured it, the candidate cannot say: not a pass
         outcomes = outcomes_text(cand.outcomes(pair.cand))
-        return replace(row, mark="?", verdict="insufficient",
-                       note=f"the candidate has no {metric} (outcomes: {outcomes or 'none'})")
+        return replace(
+            row,
+            mark="?",
+            verdict="insufficient",
+            note=f"the candidate has no {metric} (outcomes: {outcomes or 'none'})",
+        )
     if not bv:
         return replace(row, mark="x", verdict="not comparable", note=f"{metric} does not exist in the baseline")
     if len(bv) < opts.min_trials or len(cv) < opts.min_trials:
-        return replace(row, mark="?", verdict="insufficient",
-                       note=f"n={len(bv)}/{len(cv)}, the gate needs >= {opts.min_trials} per side")
+        return replace(
+            row,
+            mark="?",
+            verdict="insufficient",
+            note=f"n={len(bv)}/{len(cv)}, the gate needs >= {opts.min_trials} per side",
+        )
     p = mann_whitney_u(cv, bv).p
     row = replace(row, p=p)
     direction = _direction(metric, row.base_median, row.cand_median, opts)
@@ -222,10 +254,13 @@ def format_rows(rows: Sequence[Row], opts: GateOptions) -> str:
         p = "" if math.isnan(r.p) else f"{r.p:.2g}"
         note = f"  ({r.note})" if r.note else ""
         lines.append(f"{r.mark}  {b:>16} {c:>16} {ratio:>6} {p:>8}  {r.label} [{r.metric}]{note}")
-    lines.append(f"medians (n); gate: ratio > {opts.factor:g}, difference > {opts.floor_s:g}, p < {opts.alpha:g} "
-                 f"(two-sided Mann-Whitney U), n >= {opts.min_trials} a side")
-    lines.append("marks: + worse  - better  ! newly failing  ~ not significant  x not comparable  "
-                 "? insufficient trials")
+    lines.append(
+        f"medians (n); gate: ratio > {opts.factor:g}, difference > {opts.floor_s:g}, p < {opts.alpha:g} "
+        f"(two-sided Mann-Whitney U), n >= {opts.min_trials} a side"
+    )
+    lines.append(
+        "marks: + worse  - better  ! newly failing  ~ not significant  x not comparable  ? insufficient trials"
+    )
     return "\n".join(lines)
 
 

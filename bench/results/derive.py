@@ -101,8 +101,16 @@ class FaultFigures:
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
-        return {"fault_index": self.fault, "fault": self.kind, "target": self.target, "mechanism": self.mechanism,
-                **self.figures, **self.phases, "outcome": self.outcome, "error": self.error}
+        return {
+            "fault_index": self.fault,
+            "fault": self.kind,
+            "target": self.target,
+            "mechanism": self.mechanism,
+            **self.figures,
+            **self.phases,
+            "outcome": self.outcome,
+            "error": self.error,
+        }
 
 
 def world_steps(events: Iterable[Event]) -> dict[tuple[int, int], WorldStep]:
@@ -192,12 +200,20 @@ def fault_figures(
     facts = trial_facts(events, steps=steps, warmup_steps=warmup_steps)
     ref_step_s = reference.ff_step_s if reference else NAN
     ff_step_s = ref_step_s if not math.isnan(ref_step_s) else facts.ff_step_s
-    trial = Trial(events=events, facts=facts, phases=phases, ff_step_s=ff_step_s, goodput=_goodput(facts, ff_step_s),
-                  loss_delta=facts.final_loss - (reference.final_loss if reference else NAN),
-                  corrupted=_corruption(facts, reference))
+    trial = Trial(
+        events=events,
+        facts=facts,
+        phases=phases,
+        ff_step_s=ff_step_s,
+        goodput=_goodput(facts, ff_step_s),
+        loss_delta=facts.final_loss - (reference.final_loss if reference else NAN),
+        corrupted=_corruption(facts, reference),
+    )
     injects = [e for e in events if e["event"] == "inject"]
-    results = [FaultWindow(trial, inj, injects[i + 1]["t"] if i + 1 < len(injects) else None).figures()
-               for i, inj in enumerate(injects)]
+    results = [
+        FaultWindow(trial, inj, injects[i + 1]["t"] if i + 1 < len(injects) else None).figures()
+        for i, inj in enumerate(injects)
+    ]
     results += _never_injected(trial, faults, {int(e.get("fault", 0)) for e in injects})
     if not faults:
         fig = dict.fromkeys(FAULT_FIGURES, NAN) | {"goodput": trial.goodput, "loss_delta": trial.loss_delta}
@@ -216,11 +232,22 @@ def _never_injected(trial: Trial, faults: Sequence[tuple[str, str]], fired: set[
     for index, (kind, target) in enumerate(faults):
         if index in fired:
             continue
-        why = ("the fault's trigger was never reached" if index not in skipped and index not in armed
-               else skipped.get(index) or "armed, but the target never reached a collective")
-        rows.append(FaultFigures(fault=index, kind=kind, target=target,
-                                 outcome="hung" if trial.facts.hung else "not_injected",
-                                 figures=dict.fromkeys(FAULT_FIGURES, NAN), phases={}, error=why))
+        why = (
+            "the fault's trigger was never reached"
+            if index not in skipped and index not in armed
+            else skipped.get(index) or "armed, but the target never reached a collective"
+        )
+        rows.append(
+            FaultFigures(
+                fault=index,
+                kind=kind,
+                target=target,
+                outcome="hung" if trial.facts.hung else "not_injected",
+                figures=dict.fromkeys(FAULT_FIGURES, NAN),
+                phases={},
+                error=why,
+            )
+        )
     return rows
 
 
@@ -250,9 +277,16 @@ class FaultWindow:
             outcome, error = "hung", "trial deadline reached; everything was killed" + (f" ({error})" if error else "")
         inj = self.inj
         target = str(inj["component"]) if inj.get("component") else ",".join(map(str, sorted(self.victims)))
-        return FaultFigures(fault=int(inj.get("fault", 0)), kind=str(inj.get("kind", "")), target=target,
-                            mechanism=_mechanism(inj), outcome=outcome, figures=self.fig, phases=self.phase_fig,
-                            error=error)
+        return FaultFigures(
+            fault=int(inj.get("fault", 0)),
+            kind=str(inj.get("kind", "")),
+            target=target,
+            mechanism=_mechanism(inj),
+            outcome=outcome,
+            figures=self.fig,
+            phases=self.phase_fig,
+            error=error,
+        )
 
     def _by_victim(self, e: Event) -> bool:
         return e.get("src") == "rank" and int(e.get("rank", -1)) in self.victims
@@ -263,8 +297,11 @@ class FaultWindow:
         trial, window = self.trial, self.window
         ends = [e["t"] for e in window if e["event"] == "fault_end" and e.get("fault") == self.inj.get("fault")]
         t_end = min(ends) if ends else math.inf
-        during = [float(e["step_s"]) for e in window if e["event"] == "step_end"
-                  and e["t"] - float(e["step_s"]) * 1e9 <= t_end]
+        during = [
+            float(e["step_s"])
+            for e in window
+            if e["event"] == "step_end" and e["t"] - float(e["step_s"]) * 1e9 <= t_end
+        ]
         self.fig["degraded_step_ratio"] = _ratio(during, trial.ff_step_s)
         self.fig["loss_delta"] = trial.loss_delta
         # The last fault of a trial is absorbed if the job then finished; an earlier one
@@ -289,12 +326,14 @@ class FaultWindow:
         if survivors and set(firsts) == survivors:
             fig["ttd_all_s"] = _s(max(firsts.values()) - self.t0)
 
-        committed = max((int(e["step"]) for e in trial.events if e["event"] == "step_end" and e["t"] < t_detect),
-                        default=0)
+        committed = max(
+            (int(e["step"]) for e in trial.events if e["event"] == "step_end" and e["t"] < t_detect), default=0
+        )
         reconf = [e for e in window if e["event"] == "reconfigured" and e["t"] >= t_detect]
         min_gen = min((int(e["gen"]) for e in reconf), default=self.last_gen)
-        after = [e for e in window
-                 if e["event"] == "step_end" and e["t"] > t_detect and int(e.get("gen", 0)) >= min_gen]
+        after = [
+            e for e in window if e["event"] == "step_end" and e["t"] > t_detect and int(e.get("gen", 0)) >= min_gen
+        ]
         good = [e for e in after if int(e["step"]) > committed]
         if not good:
             return "failed", "" if reconf else "job stopped at the fault"
@@ -313,15 +352,18 @@ class FaultWindow:
 
     def _full_strength(self, after: list[Event]) -> None:
         """``ttfs_s``: the first step of a post-fault world as large as the one before."""
-        pre_size = max((int(e.get("world_size", 0)) for e in self.pre_steps
-                        if int(e.get("gen", 0)) == self.last_gen), default=0)
-        full = [e for e in after if int(e.get("world_size", 0)) >= pre_size > 0
-                and int(e.get("gen", 0)) > self.last_gen]
+        pre_size = max(
+            (int(e.get("world_size", 0)) for e in self.pre_steps if int(e.get("gen", 0)) == self.last_gen), default=0
+        )
+        full = [
+            e for e in after if int(e.get("world_size", 0)) >= pre_size > 0 and int(e.get("gen", 0)) > self.last_gen
+        ]
         if full:
             first = min(full, key=lambda e: e["t"])
             key = (int(first.get("gen", 0)), int(first["step"]))
-            self.fig["ttfs_s"] = _s(max(e["t"] for e in full if (int(e.get("gen", 0)), int(e["step"])) == key)
-                                    - self.t0)
+            self.fig["ttfs_s"] = _s(
+                max(e["t"] for e in full if (int(e.get("gen", 0)), int(e["step"])) == key) - self.t0
+            )
 
     def _transfers(self) -> None:
         """Discarded iterations of survivors, and the longest state transfer."""
@@ -331,8 +373,11 @@ class FaultWindow:
                 discards[e.get("pid")] = discards.get(e.get("pid"), 0) + 1
         self.fig["steps_discarded"] = float(max(discards.values(), default=0))
         starts = {e.get("pid"): e["t"] for e in self.window if e["event"] == "restore_start"}
-        transfers = [(e["t"] - starts[e.get("pid")], e.get("bytes")) for e in self.window
-                     if e["event"] == "restore_end" and e.get("pid") in starts]
+        transfers = [
+            (e["t"] - starts[e.get("pid")], e.get("bytes"))
+            for e in self.window
+            if e["event"] == "restore_end" and e.get("pid") in starts
+        ]
         if transfers:
             longest = max(transfers, key=lambda x: x[0])
             self.fig["restore_s"] = _s(longest[0])
@@ -342,8 +387,11 @@ class FaultWindow:
         boundary = t_detect
         for name, spec in self.trial.phases:
             event_name, _, src = spec.partition("@")  # "event" or "event@src"
-            ts = [e["t"] for e in self.window if e["event"] == event_name and (not src or e.get("src") == src)
-                  and t_detect <= e["t"] <= t_good]
+            ts = [
+                e["t"]
+                for e in self.window
+                if e["event"] == event_name and (not src or e.get("src") == src) and t_detect <= e["t"] <= t_good
+            ]
             if ts:
                 self.phase_fig[phase_column(name)] = _s(max(ts) - boundary)
                 boundary = max(ts)

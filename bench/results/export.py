@@ -52,7 +52,7 @@ def _quartiles(data: Sequence[float]) -> tuple[float, float]:
     if n == 1:
         return xs[0], xs[0]
     if n % 2 == 0:
-        return statistics.median(xs[: n // 2]), statistics.median(xs[n // 2:])
+        return statistics.median(xs[: n // 2]), statistics.median(xs[n // 2 :])
     k, r = n // 4, n % 4
     if r == 1:
         return 0.25 * xs[k - 1] + 0.75 * xs[k], 0.75 * xs[3 * k] + 0.25 * xs[3 * k + 1]
@@ -68,60 +68,106 @@ def pytest_benchmark_stats(data: Sequence[float]) -> dict[str, Any]:
     iqr = q3 - q1
     lo_fence, hi_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     inside = sorted(x for x in xs if lo_fence <= x <= hi_fence)
+    iqr_outliers = sum(1 for x in xs if x < lo_fence or x > hi_fence)
+    stddev_outliers = sum(1 for x in xs if x < mean - stddev or x > mean + stddev)
     total = sum(xs)
     return {
-        "min": min(xs), "max": max(xs), "mean": mean, "stddev": stddev, "rounds": len(xs),
-        "median": statistics.median(xs), "iqr": iqr, "q1": q1, "q3": q3,
-        "iqr_outliers": sum(1 for x in xs if x < lo_fence or x > hi_fence),
-        "stddev_outliers": sum(1 for x in xs if x < mean - stddev or x > mean + stddev),
-        "outliers": "{};{}".format(sum(1 for x in xs if x < mean - stddev or x > mean + stddev),
-                                   sum(1 for x in xs if x < lo_fence or x > hi_fence)),
-        "ld15iqr": inside[0] if inside else min(xs), "hd15iqr": inside[-1] if inside else max(xs),
-        "ops": len(xs) / total if total else 0, "total": total, "data": xs, "iterations": 1,
+        "min": min(xs),
+        "max": max(xs),
+        "mean": mean,
+        "stddev": stddev,
+        "rounds": len(xs),
+        "median": statistics.median(xs),
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": iqr_outliers,
+        "stddev_outliers": stddev_outliers,
+        "outliers": f"{stddev_outliers};{iqr_outliers}",
+        "ld15iqr": inside[0] if inside else min(xs),
+        "hd15iqr": inside[-1] if inside else max(xs),
+        "ops": len(xs) / total if total else 0,
+        "total": total,
+        "data": xs,
+        "iterations": 1,
     }
+
+
+#: pytest-benchmark's per-benchmark options, as its own JSON records them.
+_OPTIONS = {
+    "disable_gc": False,
+    "timer": "CLOCK_MONOTONIC (ftbench event logs)",
+    "min_rounds": 1,
+    "max_time": None,
+    "min_time": None,
+    "precision": None,
+    "confidence": None,
+    "warmup": False,
+}
 
 
 def pytest_benchmark(run: Run) -> dict[str, Any]:
     """The run as one pytest-benchmark session (``--benchmark-json`` layout)."""
     info = run.info
-    machine = info.get("machine") or {}
-    versions = info.get("versions") or {}
     commit = str(info.get("commit") or "unversioned")
-    py = str(versions.get("python") or "")
     benchmarks = []
     for point_hash, label in _points(run):
-        outcomes = run.outcomes(point_hash)
         for metric in run.figure_columns():
-            if figure(metric).unit != "s":
-                continue
-            vals = run.values(point_hash, metric)
+            vals = run.values(point_hash, metric) if figure(metric).unit == "s" else []
             if not vals:
                 continue
-            benchmarks.append({
-                "group": metric, "name": f"{metric}[{label}]",
-                "fullname": f"ftbench/{run.name}::{metric}[{label}]",
-                "params": {"point": label}, "param": label,
-                "extra_info": {"unit": "s", "point_hash": point_hash, "outcomes": outcomes,
-                               "trials": int(run.measured(point_hash)["trial"].nunique()), "run": str(run.path)},
-                "options": {"disable_gc": False, "timer": "CLOCK_MONOTONIC (ftbench event logs)", "min_rounds": 1,
-                            "max_time": None, "min_time": None, "precision": None, "confidence": None,
-                            "warmup": False},
-                "stats": pytest_benchmark_stats(vals),
-            })
+            extra = {
+                "unit": "s",
+                "point_hash": point_hash,
+                "outcomes": run.outcomes(point_hash),
+                "trials": int(run.measured(point_hash)["trial"].nunique()),
+                "run": str(run.path),
+            }
+            benchmarks.append(
+                {
+                    "group": metric,
+                    "name": f"{metric}[{label}]",
+                    "fullname": f"ftbench/{run.name}::{metric}[{label}]",
+                    "params": {"point": label},
+                    "param": label,
+                    "extra_info": extra,
+                    "options": _OPTIONS,
+                    "stats": pytest_benchmark_stats(vals),
+                }
+            )
     return {
-        "machine_info": {
-            "node": machine.get("hostname"), "processor": "", "machine": machine.get("machine"),
-            "python_compiler": "", "python_implementation": platform.python_implementation(),
-            "python_implementation_version": py, "python_version": py, "python_build": [],
-            "release": "", "system": str(machine.get("platform", "")).split("-")[0],
-            "cpu": {"count": machine.get("cpus")}, "ftbench": {"versions": versions, "knobs": info.get("knobs")},
+        "machine_info": _machine_info(info),
+        "commit_info": {
+            "id": commit.replace("+dirty", ""),
+            "time": info.get("created"),
+            "author_time": info.get("created"),
+            "dirty": commit.endswith("+dirty"),
+            "project": "ftbench",
+            "branch": "(unknown)",
         },
-        "commit_info": {"id": commit.replace("+dirty", ""), "time": info.get("created"),
-                        "author_time": info.get("created"), "dirty": commit.endswith("+dirty"),
-                        "project": "ftbench", "branch": "(unknown)"},
         "benchmarks": benchmarks,
         "datetime": _iso(info.get("created")),
         "version": PYTEST_BENCHMARK_LAYOUT,
+    }
+
+
+def _machine_info(info: dict[str, Any]) -> dict[str, Any]:
+    machine = info.get("machine") or {}
+    versions = info.get("versions") or {}
+    py = str(versions.get("python") or "")
+    return {
+        "node": machine.get("hostname"),
+        "processor": "",
+        "machine": machine.get("machine"),
+        "python_compiler": "",
+        "python_implementation": platform.python_implementation(),
+        "python_implementation_version": py,
+        "python_version": py,
+        "python_build": [],
+        "release": "",
+        "system": str(machine.get("platform", "")).split("-")[0],
+        "cpu": {"count": machine.get("cpus")},
+        "ftbench": {"versions": versions, "knobs": info.get("knobs")},
     }
 
 
@@ -143,8 +189,11 @@ def github_action_benchmark(run: Run, bigger: bool = False) -> list[dict[str, An
             s = describe(run.values(point_hash, metric))
             if s.n == 0:
                 continue
-            entry: dict[str, Any] = {"name": f"{_name(run, label)} {metric}", "unit": figure(metric).unit,
-                                     "value": s.median}
+            entry: dict[str, Any] = {
+                "name": f"{_name(run, label)} {metric}",
+                "unit": figure(metric).unit,
+                "value": s.median,
+            }
             if s.ci.exists:
                 entry["range"] = f"{s.ci.low:.6g} to {s.ci.high:.6g} ({s.ci.coverage:.0%} CI of the median)"
             entry["extra"] = f"median of n={s.n} trials; outcomes: {outcomes}; point {point_hash[:12]}"

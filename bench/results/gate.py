@@ -68,8 +68,16 @@ def check_slos(run: Run, slos: Sequence[SLOSpec]) -> list[SloRow]:
     for slo in slos:
         matched = [p for p in run.points() if slo.point is None or slo.point in p["label"]]
         if not matched:
-            rows.append(SloRow(label=slo.point or "*", slo=slo, n=0, value=math.nan, ok=False,
-                               note=f"no point's label contains {slo.point!r}"))
+            rows.append(
+                SloRow(
+                    label=slo.point or "*",
+                    slo=slo,
+                    n=0,
+                    value=math.nan,
+                    ok=False,
+                    note=f"no point's label contains {slo.point!r}",
+                )
+            )
         for p in matched:
             vals = run.values(p["point_hash"], slo.metric)
             value = statistic(vals, slo.stat)
@@ -128,8 +136,10 @@ def junit_xml(result: GateResult, suite: str = "ftbench gate") -> str:
     cases = []
     for r in result.rows:
         case = ET.Element("testcase", classname=f"ftbench.{r.label}", name=f"{r.metric} against baseline", time="0")
-        detail = (f"{r.metric}: baseline median {r.base_median:.6g} (n={r.n_base}), candidate median "
-                  f"{r.cand_median:.6g} (n={r.n_cand}), ratio {r.ratio:.3g}, p={r.p:.3g}. {r.note}").strip()
+        detail = (
+            f"{r.metric}: baseline median {r.base_median:.6g} (n={r.n_base}), candidate median "
+            f"{r.cand_median:.6g} (n={r.n_cand}), ratio {r.ratio:.3g}, p={r.p:.3g}. {r.note}"
+        ).strip()
         if r.failing:
             ET.SubElement(case, "failure", type=r.verdict, message=f"{r.verdict}: {r.label} [{r.metric}]").text = detail
         elif r.mark == "?":
@@ -140,8 +150,9 @@ def junit_xml(result: GateResult, suite: str = "ftbench gate") -> str:
     for s in result.slo_rows:
         case = ET.Element("testcase", classname=f"ftbench.{s.label}", name=f"service level {s.bound}", time="0")
         if not s.ok:
-            ET.SubElement(case, "failure", type="service level",
-                          message=f"{s.bound} is {s.value:.6g} (n={s.n}) {s.note}".strip())
+            ET.SubElement(
+                case, "failure", type="service level", message=f"{s.bound} is {s.value:.6g} (n={s.n}) {s.note}".strip()
+            )
         cases.append(case)
     failures = sum(1 for c in cases if c.find("failure") is not None)
     errors = sum(1 for c in cases if c.find("error") is not None)
@@ -152,5 +163,3 @@ def junit_xml(result: GateResult, suite: str = "ftbench gate") -> str:
     ts.extend(cases)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-

@@ -59,8 +59,7 @@ class Run:
         if not self.trials.empty:
             for h, group in self.trials.groupby("point_hash", sort=False):
                 if h not in known:
-                    pts.append({"point_hash": str(h), "label": str(group["label"].iloc[0]), "values": {},
-                                "config": {}})
+                    pts.append({"point_hash": str(h), "label": str(group["label"].iloc[0]), "values": {}, "config": {}})
         return pts
 
     def measured(self, point_hash: str | None = None) -> pd.DataFrame:
@@ -119,8 +118,9 @@ class Run:
         """The scenario's ``[gate]`` table, read on its own (so an old run whose other
         keys no longer validate can still be gated)."""
         sc = self.info.get("scenario", {})
-        return validate_gate(sc.get("raw", {}).get("gate", {}), file=str(self.path / "run.json"),
-                             prefix="scenario.raw.gate")
+        return validate_gate(
+            sc.get("raw", {}).get("gate", {}), file=str(self.path / "run.json"), prefix="scenario.raw.gate"
+        )
 
     def figure_columns(self) -> list[str]:
         """Figure columns holding data: the fault figures, then the phases in order."""
@@ -159,8 +159,12 @@ def resolve(path: str | Path) -> Path:
         runs = sorted((d for d in p.iterdir() if (d / "run.json").exists()), key=_created)
         if runs:
             return runs[-1]
-    raise ConfigError(str(path), "", "a results directory holding run.json (or a directory of such runs, "
-                                     "or a baseline name under results/baselines/)")
+    raise ConfigError(
+        str(path),
+        "",
+        "a results directory holding run.json (or a directory of such runs, "
+        "or a baseline name under results/baselines/)",
+    )
 
 
 def _created(d: Path) -> tuple[str, str]:
@@ -200,12 +204,12 @@ def _rows(p: Path) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
         order: dict[str, list[str]] = {}
         for r in rows:
             keys = order.setdefault(str(r.get("point_hash")), [])
-            keys += [k for k in r if k.startswith("phase_") and k not in keys]
+            keys += [k for k in r if is_phase(k) and k not in keys]
         return rows, order
     csv = p / "trials.csv"
     if csv.exists() and csv.stat().st_size:
         df = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"point_hash": str, "error": str})
-        return df.to_dict("records"), {}
+        return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")], {}
     return [], {}
 
 

@@ -167,9 +167,9 @@ def u_distribution(m: int, n: int) -> list[int]:
     return c
 
 
-def mann_whitney_u(x: Sequence[float], y: Sequence[float],
-                   method: Literal["auto", "exact", "normal"] = "auto",
-                   continuity: bool = True) -> MannWhitney:
+def mann_whitney_u(
+    x: Sequence[float], y: Sequence[float], method: Literal["auto", "exact", "normal"] = "auto", continuity: bool = True
+) -> MannWhitney:
     """Two-sided Mann-Whitney U test: do ``x`` and ``y`` come from one distribution?
 
     ``auto`` uses the exact null distribution when there are no ties and neither sample
@@ -193,7 +193,7 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float],
         total = sum(counts)
         u = round(u_x)
         lower = sum(counts[: u + 1])  # P(U <= u) * total
-        upper = sum(counts[u:])       # P(U >= u) * total
+        upper = sum(counts[u:])  # P(U >= u) * total
         p = min(1.0, 2 * min(lower, upper) / total)
         return MannWhitney(u=u_x, p=p, method="exact", n_x=m, n_y=n)
     big_n = m + n

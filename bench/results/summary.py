@@ -66,9 +66,11 @@ def point_stats(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def format_point(stats: dict[str, Any], point_hash: str) -> str:
     """A small table of one point: figure, n, median, min, max (seconds unless a ratio)."""
     outcomes = outcomes_text(stats["outcomes"])
-    lines = [f"{stats['label']}  [{stats['strategy']}, {stats['trials']} trials, point {point_hash[:12]}]",
-             f"  outcomes: {outcomes}",
-             f"  {'figure':<26}{'n':>3}{'median':>11}{'min':>11}{'max':>11}"]
+    lines = [
+        f"{stats['label']}  [{stats['strategy']}, {stats['trials']} trials, point {point_hash[:12]}]",
+        f"  outcomes: {outcomes}",
+        f"  {'figure':<26}{'n':>3}{'median':>11}{'min':>11}{'max':>11}",
+    ]
     for name, fig in stats["figures"].items():
         if fig["n"] == 0 and (is_phase(name) or name in SUMMARISED_TRIAL_FIGURES):
             continue
@@ -84,8 +86,18 @@ def _num(value: float | None) -> str:
     return f"{value:>11.3e}"
 
 
-SIDE_BY_SIDE = ("ttd_s", "ttd_all_s", "ttr_s", "downtime_s", "steps_lost", "goodput", "degraded_step_ratio",
-                "loss_delta", "ttfs_s", "checkpoint_s")
+SIDE_BY_SIDE = (
+    "ttd_s",
+    "ttd_all_s",
+    "ttr_s",
+    "downtime_s",
+    "steps_lost",
+    "goodput",
+    "degraded_step_ratio",
+    "loss_delta",
+    "ttfs_s",
+    "checkpoint_s",
+)
 
 
 def format_side_by_side(stats: dict[str, dict[str, Any]], figures: Sequence[str] = SIDE_BY_SIDE) -> str:
@@ -97,7 +109,7 @@ def format_side_by_side(stats: dict[str, dict[str, Any]], figures: Sequence[str]
     shown = [f for f in figures if any(s["figures"].get(f, {}).get("n") for s in stats.values())]
     head = f"{'point':<{width}}  {'outcomes':<{owidth}}" + "".join(f"{f:>{max(11, len(f) + 2)}}" for f in shown)
     lines = ["medians per point:", head]
-    for s, out in zip(stats.values(), outcomes):
+    for s, out in zip(stats.values(), outcomes, strict=True):
         cells = "".join(_num(s["figures"].get(f, {}).get("median")).rjust(max(11, len(f) + 2)) for f in shown)
         lines.append(f"{s['label']:<{width}}  {out:<{owidth}}{cells}")
     return "\n".join(lines)

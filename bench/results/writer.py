@@ -28,11 +28,40 @@ from bench.scenario.figures import FAULT_FIGURES, TRIAL_FIGURES, is_phase
 from bench.scenario.model import Point
 
 #: Leading columns of trials.csv; the fault's figures, its phases and the rest follow.
-ID_COLUMNS = ("point_hash", "label", "strategy", "workload", "backend", "world_size", "fault", "fault_index",
-              "target", "mechanism", "trial", "seed", "reference")
+ID_COLUMNS = (
+    "point_hash",
+    "label",
+    "strategy",
+    "workload",
+    "backend",
+    "world_size",
+    "fault",
+    "fault_index",
+    "target",
+    "mechanism",
+    "trial",
+    "seed",
+    "reference",
+)
 TAIL_COLUMNS = ("outcome", "error", "ff_step_s", "steps_done", *TRIAL_FIGURES, "trial_wall_s")
-STEP_COLUMNS = ("point_hash", "label", "trial", "reference", "rank", "pid", "gen", "step", "t_s", "step_s",
-                "world_size", "group_rank", "loss", "loss_share", "algbw_gbps", "busbw_gbps")
+STEP_COLUMNS = (
+    "point_hash",
+    "label",
+    "trial",
+    "reference",
+    "rank",
+    "pid",
+    "gen",
+    "step",
+    "t_s",
+    "step_s",
+    "world_size",
+    "group_rank",
+    "loss",
+    "loss_share",
+    "algbw_gbps",
+    "busbw_gbps",
+)
 
 
 @dataclass
@@ -67,17 +96,36 @@ class RunDir:
         """(point_hash, trial, reference) of every trial already recorded."""
         return {(r["point_hash"], int(r["trial"]), bool(r.get("reference"))) for r in self.rows()}
 
-    def add_trial(self, point: Point, trial: int, *, reference: bool, backend: str, faults: Sequence[FaultFigures],
-                  facts: TrialFacts, wall_s: float, events: Sequence[Event]) -> list[dict[str, Any]]:
+    def add_trial(
+        self,
+        point: Point,
+        trial: int,
+        *,
+        reference: bool,
+        backend: str,
+        faults: Sequence[FaultFigures],
+        facts: TrialFacts,
+        wall_s: float,
+        events: Sequence[Event],
+    ) -> list[dict[str, Any]]:
         s = point.scenario
         rows = []
         for f in faults:
             row: dict[str, Any] = {
-                "point_hash": point.point_hash, "label": point.label, "strategy": s.recovery.strategy,
-                "workload": s.workload.kind, "backend": backend, "world_size": s.workload.world_size,
-                "trial": trial, "seed": s.measure.seed, "reference": reference,
-                **f.row(), "ff_step_s": facts.ff_step_s, "steps_done": facts.steps_done,
-                **{name: getattr(facts, name) for name in TRIAL_FIGURES}, "trial_wall_s": wall_s,
+                "point_hash": point.point_hash,
+                "label": point.label,
+                "strategy": s.recovery.strategy,
+                "workload": s.workload.kind,
+                "backend": backend,
+                "world_size": s.workload.world_size,
+                "trial": trial,
+                "seed": s.measure.seed,
+                "reference": reference,
+                **f.row(),
+                "ff_step_s": facts.ff_step_s,
+                "steps_done": facts.steps_done,
+                **{name: getattr(facts, name) for name in TRIAL_FIGURES},
+                "trial_wall_s": wall_s,
             }
             rows.append(row)
         with open(self.steps_csv, "a", newline="") as fh:
@@ -130,13 +178,26 @@ def step_rows(point: Point, trial: int, reference: bool, events: Iterable[Event]
         if e["event"] != "step_end":
             continue
         key = (int(e.get("gen", 0)), int(e["step"]))
-        rows.append({
-            "point_hash": point.point_hash, "label": point.label, "trial": trial, "reference": reference,
-            "rank": e["rank"], "pid": e.get("pid"), "gen": key[0], "step": key[1], "t_s": (e["t"] - start) / 1e9,
-            "step_s": e.get("step_s"), "world_size": e.get("world_size"), "group_rank": e.get("group_rank"),
-            "loss": losses.get(key), "loss_share": e.get("loss_share"), "algbw_gbps": e.get("algbw_gbps"),
-            "busbw_gbps": e.get("busbw_gbps"),
-        })
+        rows.append(
+            {
+                "point_hash": point.point_hash,
+                "label": point.label,
+                "trial": trial,
+                "reference": reference,
+                "rank": e["rank"],
+                "pid": e.get("pid"),
+                "gen": key[0],
+                "step": key[1],
+                "t_s": (e["t"] - start) / 1e9,
+                "step_s": e.get("step_s"),
+                "world_size": e.get("world_size"),
+                "group_rank": e.get("group_rank"),
+                "loss": losses.get(key),
+                "loss_share": e.get("loss_share"),
+                "algbw_gbps": e.get("algbw_gbps"),
+                "busbw_gbps": e.get("busbw_gbps"),
+            }
+        )
     return rows
 
 

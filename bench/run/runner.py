@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,15 @@ from bench.scenario.config import to_dict
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import identity, parse, points, uses_namespaces
 from bench.scenario.model import Point, Scenario
+from bench.strategies import STRATEGIES
 from bench.strategies.base import TrialContext
 
 Progress = Callable[[str], None]
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 @dataclass
@@ -46,9 +48,16 @@ class RunReport:
     """point label -> why it could not run here."""
 
 
-def run(scenario: Scenario, *, out: str | Path = "results", trials: int | None = None,
-        resume: RunDir | None = None, progress: Progress = _stderr, argv: list[str] | None = None,
-        host: ProcessHost | None = None) -> RunReport:
+def run(
+    scenario: Scenario,
+    *,
+    out: str | Path = "results",
+    trials: int | None = None,
+    resume: RunDir | None = None,
+    progress: Progress = _stderr,
+    argv: list[str] | None = None,
+    host: ProcessHost | None = None,
+) -> RunReport:
     """Run the scenario; ``host`` lets several runs share one forkserver (tests do)."""
     if trials is not None:
         scenario = replace(scenario, measure=replace(scenario.measure, trials=trials))
@@ -57,48 +66,68 @@ def run(scenario: Scenario, *, out: str | Path = "results", trials: int | None =
     info = rundir.read_run_json() or _initial_info(scenario, pts, argv)
     info["status"] = "running"
     rundir.write_run_json(info)
-    done = rundir.finished()
     n = scenario.measure.trials
-    total = len(pts) * n
-    counter = 0
-    skipped: dict[str, str] = {}
-    status = "interrupted"
     progress(f"ftbench: {scenario.name}: {len(pts)} point(s) x {n} trial(s) -> {rundir.path}")
+    session = Session(rundir=rundir, info=info, done=rundir.finished(), progress=progress, trials=n, total=len(pts) * n)
+    status = "interrupted"
     try:
-        with contextlib.nullcontext(host) if host else ProcessHost() as host:
-            info.setdefault("versions", environment.versions())
+        with contextlib.nullcontext(host) if host else ProcessHost() as session.host:
+            packages = sorted({p for name in STRATEGIES.names() for p in STRATEGIES[name].packages})
+            info.setdefault("versions", environment.versions(packages))
             info.setdefault("machine", environment.machine())
             for point in pts:
-                try:
-                    backend = environment.resolve_backend(point.scenario.workload.backend, point.scenario.workload.world_size)
-                    why = unavailable(point.scenario)
-                    if why:
-                        raise RuntimeError(why)
-                except RuntimeError as err:
-                    skipped[point.label] = str(err)
-                    progress(f"  skip {point.label}: {err}")
-                    counter += n
-                    continue
-                _stage_overhead(point.scenario, info, progress)
-                reference = _reference(point, host, rundir, backend, done, progress)
-                for trial in range(n):
-                    counter += 1
-                    if (point.point_hash, trial, False) in done:
-                        continue
-                    ctx = _context(point, trial, host, rundir, backend, fault_free=False)
-                    result = run_trial(ctx, reference=reference)
-                    _record(rundir, point, trial, backend, result, reference=False)
-                    progress(_progress_line(counter, total, point, trial, n, result))
-                    if result.outcome == "interrupted":
-                        raise KeyboardInterrupt
-                    info.setdefault("strategy_versions", {}).setdefault(
-                        point.scenario.recovery.strategy, result.versions)
+                session.run_point(point)
         status = "complete"
     finally:
         stats = point_stats(rundir.rows())
-        info.update(status=status, finished=_now(), stats=stats, skipped=skipped)
+        info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped)
         rundir.write_run_json(info)
-    return RunReport(rundir=rundir, status=status, stats=stats, skipped=skipped)
+    return RunReport(rundir=rundir, status=status, stats=stats, skipped=session.skipped)
+
+
+@dataclass
+class Session:
+    """One ``ftbench run`` in progress: where it writes, what it has done."""
+
+    rundir: RunDir
+    info: dict[str, Any]
+    """run.json as it is being written."""
+    done: set[tuple[str, int, bool]]
+    """Trials already recorded (a resumed run skips them)."""
+    progress: Progress
+    trials: int
+    total: int
+    counter: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+    host: ProcessHost = field(init=False)
+
+    def run_point(self, point: Point) -> None:
+        """Every trial of ``point`` (after its reference), or why it cannot run here."""
+        try:
+            w = point.scenario.workload
+            backend = environment.resolve_backend(w.backend, w.world_size)
+            why = unavailable(point.scenario)
+            if why:
+                raise RuntimeError(why)
+        except RuntimeError as err:
+            self.skipped[point.label] = str(err)
+            self.progress(f"  skip {point.label}: {err}")
+            self.counter += self.trials
+            return
+        _stage_overhead(point.scenario, self.info, self.progress)
+        reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress)
+        for trial in range(self.trials):
+            self.counter += 1
+            if (point.point_hash, trial, False) in self.done:
+                continue
+            result = run_trial(
+                _context(point, trial, self.host, self.rundir, backend, fault_free=False), reference=reference
+            )
+            _record(self.rundir, point, trial, backend, result, reference=False)
+            self.progress(_progress_line(self.counter, self.total, point, trial, self.trials, result))
+            if result.outcome == "interrupted":
+                raise KeyboardInterrupt
+            self.info.setdefault("strategy_versions", {}).setdefault(point.scenario.recovery.strategy, result.versions)
 
 
 def resume_scenario(rundir: RunDir) -> tuple[Scenario, int]:
@@ -111,8 +140,9 @@ def resume_scenario(rundir: RunDir) -> tuple[Scenario, int]:
     return scenario, int(info["trials"])
 
 
-def _reference(point: Point, host: ProcessHost, rundir: RunDir, backend: str,
-               done: set[tuple[str, int, bool]], progress: Progress) -> TrialFacts | None:
+def _reference(
+    point: Point, host: ProcessHost, rundir: RunDir, backend: str, done: set[tuple[str, int, bool]], progress: Progress
+) -> TrialFacts | None:
     """Run (or reuse) the point's fault-free reference trial, if the scenario asks for one."""
     if not point.scenario.measure.reference:
         return None
@@ -125,9 +155,11 @@ def _reference(point: Point, host: ProcessHost, rundir: RunDir, backend: str,
         return trial_facts(read_events(ctx.events_dir), steps=w.steps, warmup_steps=w.warmup_steps)
     result = run_trial(ctx)
     _record(rundir, point, 0, backend, result, reference=True)
-    progress(f"  reference {point.label}: {result.faults[0].outcome}, median step "
-             f"{result.facts.ff_step_s * 1e3:.2f} ms, final loss {result.facts.final_loss:.6g} "
-             f"({result.wall_s:.1f} s)")
+    progress(
+        f"  reference {point.label}: {result.faults[0].outcome}, median step "
+        f"{result.facts.ff_step_s * 1e3:.2f} ms, final loss {result.facts.final_loss:.6g} "
+        f"({result.wall_s:.1f} s)"
+    )
     if result.outcome == "interrupted":
         raise KeyboardInterrupt
     return result.facts
@@ -140,42 +172,69 @@ def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress
         return
     from injectors.link import netns, netprobe
 
-    staged = [f for f in scenario.faults if FAULTS[f.kind].family == "link"
-              and FAULTS[f.kind].load()(**asdict(f.params)).uses_stage()]
+    staged = [
+        f
+        for f in scenario.faults
+        if FAULTS[f.kind].family == "link" and FAULTS[f.kind].load()(**f.knobs()).uses_stage()
+    ]
     if not staged:
         return
-    with netns.Topology.create(netns.tag_for(f"probe-{os.getpid()}"), 2,
-                               wire_packets=scenario.launch.wire_packets) as topo:
+    with netns.Topology.create(
+        netns.tag_for(f"probe-{os.getpid()}"), 2, wire_packets=scenario.launch.wire_packets
+    ) as topo:
         overhead = netprobe.stage_overhead(topo)
     info["link_stage_overhead"] = overhead
-    progress(f"  NFQUEUE stage (serves delay/corrupt here, no netem): clean {overhead['clean_mbit_s']:.0f} Mbit/s, "
-             f"pass-through {overhead['passthrough_mbit_s']:.0f} Mbit/s ({overhead['slowdown']:.1f}x slower)")
+    progress(
+        f"  NFQUEUE stage (serves delay/corrupt here, no netem): clean {overhead['clean_mbit_s']:.0f} Mbit/s, "
+        f"pass-through {overhead['passthrough_mbit_s']:.0f} Mbit/s ({overhead['slowdown']:.1f}x slower)"
+    )
 
 
-def _context(point: Point, trial: int, host: ProcessHost, rundir: RunDir, backend: str, *,
-             fault_free: bool) -> TrialContext:
+def _context(
+    point: Point, trial: int, host: ProcessHost, rundir: RunDir, backend: str, *, fault_free: bool
+) -> TrialContext:
     events_dir = rundir.events_dir(point, "reference" if fault_free else trial)
-    return TrialContext(point=point, trial=trial, seed=point.scenario.measure.seed, trial_dir=events_dir.parent,
-                        events_dir=events_dir, host=host, backend=backend,
-                        deadline_s=point.scenario.measure.deadline_s, fault_free=fault_free)
+    return TrialContext(
+        point=point,
+        trial=trial,
+        seed=point.scenario.measure.seed,
+        trial_dir=events_dir.parent,
+        events_dir=events_dir,
+        host=host,
+        backend=backend,
+        deadline_s=point.scenario.measure.deadline_s,
+        fault_free=fault_free,
+    )
 
 
 def _record(rundir: RunDir, point: Point, trial: int, backend: str, result: TrialResult, *, reference: bool) -> None:
     if result.outcome == "interrupted":
         return  # a trial cut short is not a measurement; --resume runs it again
-    rundir.add_trial(point, trial, reference=reference, backend=backend, faults=result.faults,
-                     facts=result.facts, wall_s=result.wall_s, events=result.events)
+    rundir.add_trial(
+        point,
+        trial,
+        reference=reference,
+        backend=backend,
+        faults=result.faults,
+        facts=result.facts,
+        wall_s=result.wall_s,
+        events=result.events,
+    )
 
 
 def _progress_line(counter: int, total: int, point: Point, trial: int, n: int, result: TrialResult) -> str:
     width = len(str(total))
     parts = []
     for f in result.faults:
-        figs = " ".join(f"{k}={v:.3f}" for k in ("ttd_s", "ttd_all_s", "ttr_s")
-                        if (v := f.figures.get(k)) is not None and v == v)
+        figs = " ".join(
+            f"{k}={v:.3f}" for k in ("ttd_s", "ttd_all_s", "ttr_s") if (v := f.figures.get(k)) is not None and v == v
+        )
         parts.append(f"{f.kind}: {f.outcome}" + (f" {figs}" if figs else ""))
-    return (f"[{counter:>{width}}/{total}] {point.label}  trial {trial + 1}/{n}  " + "; ".join(parts)
-            + f"  ({result.wall_s:.1f} s)")
+    return (
+        f"[{counter:>{width}}/{total}] {point.label}  trial {trial + 1}/{n}  "
+        + "; ".join(parts)
+        + f"  ({result.wall_s:.1f} s)"
+    )
 
 
 def _initial_info(scenario: Scenario, pts: list[Point], argv: list[str] | None) -> dict[str, Any]:

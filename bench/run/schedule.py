@@ -12,16 +12,14 @@ rank-side faults, whose hook records ``inject`` itself when it acts), ``fault_en
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.results.events import Event, EventWriter
-from bench.scenario.faults import FAULTS, COMPONENTS, FaultSpec
+from bench.scenario.faults import COMPONENTS, FAULTS, FaultSpec
 from injectors.base import Target
-from injectors.rankside import Arm
 
 
 @dataclass
@@ -66,8 +64,16 @@ class Firing:
 class ScheduledFault:
     """One ``[[faults]]`` entry of a trial: its trigger, its target, its firings."""
 
-    def __init__(self, index: int, spec: FaultSpec, *, seed: int, trial: int, ranks_per_host: int,
-                 namespaces: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        spec: FaultSpec,
+        *,
+        seed: int,
+        trial: int,
+        ranks_per_host: int,
+        namespaces: dict[int, str] | None = None,
+    ) -> None:
         self.index = index
         self.spec = spec
         self.kind = FAULTS[spec.kind]
@@ -141,22 +147,29 @@ class ScheduledFault:
     def _fire(self, state: TrialState, harness: EventWriter) -> None:
         self.fired += 1
         ranks, pids, component = self._targets(state)
-        common = dict(fault=self.index, kind=self.spec.kind, firing=self.fired, ranks=ranks, pids=pids,
-                      step=state.max_step, **({"component": component} if component else {}))
+        common: dict[str, Any] = dict(
+            fault=self.index,
+            kind=self.spec.kind,
+            firing=self.fired,
+            ranks=ranks,
+            pids=pids,
+            step=state.max_step,
+            **({"component": component} if component else {}),
+        )
         if not pids:
             harness.emit("inject_skipped", reason="no live process to hit", **common)
             return
-        if self.kind.rank_side:
-            injector: Any = Arm(fault_index=self.index)
-        else:
-            injector = self.kind.load()(**dataclasses.asdict(self.spec.params))
-        target = Target(ranks=ranks, pids=pids,
-                        namespaces=sorted({self.namespaces[r] for r in ranks if r in self.namespaces}))
+        injector = self.kind.injector(self.spec, self.index)
+        target = Target(
+            ranks=ranks, pids=pids, namespaces=sorted({self.namespaces[r] for r in ranks if r in self.namespaces})
+        )
         t = time.monotonic_ns()
         detail = injector.inject(target)
         t_sent = time.monotonic_ns()
         duration = getattr(injector, "duration_s", None)
-        self.firings.append(Firing(injector=injector, t=t, undo_at=None if duration is None else t + int(duration * 1e9)))
+        self.firings.append(
+            Firing(injector=injector, t=t, undo_at=None if duration is None else t + int(duration * 1e9))
+        )
         detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
         harness.emit("arm" if self.kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
 

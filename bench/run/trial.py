@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from bench.results.derive import FaultFigures, TrialFacts, fault_figures, trial_facts
 from bench.results.events import Event, EventTail, EventWriter, read_events
@@ -22,6 +22,9 @@ from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
 from bench.strategies import STRATEGIES
 from bench.strategies.base import Job, TrialContext
+
+if TYPE_CHECKING:
+    from injectors.link.netns import Topology
 
 TICK_S = 0.005
 """Monitor period: bounds the lag of a trigger and of an undo, not any figure (figures
@@ -40,45 +43,27 @@ class TrialResult:
 
 
 def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> TrialResult:
-    scenario = ctx.point.scenario
+    scenario = ctx.scenario
     if ctx.events_dir.exists():
         shutil.rmtree(ctx.events_dir)  # a trial cut short by an interrupt is run again whole
     ctx.events_dir.mkdir(parents=True)
     harness = EventWriter(ctx.events_dir / "harness.jsonl", src="harness")
     if uses_namespaces(scenario):
-        from injectors.link import netns
-
-        ctx = replace(ctx, network=netns.Topology.create(
-            netns.tag_for(ctx.host.run_id), scenario.workload.world_size // scenario.launch.ranks_per_host,
-            wire_packets=scenario.launch.wire_packets))
+        ctx = replace(ctx, network=_topology(ctx))
     job: Job = STRATEGIES[scenario.recovery.strategy].load()(ctx)
-    namespaces = {r: ctx.namespace_of(r) for r in range(scenario.workload.world_size)} if ctx.network else {}
-    faults = [] if ctx.fault_free else [
-        ScheduledFault(i, f, seed=scenario.measure.seed, trial=ctx.trial,
-                       ranks_per_host=scenario.launch.ranks_per_host, namespaces=namespaces)
-        for i, f in enumerate(scenario.faults)
-    ]
-    tail = EventTail(ctx.events_dir)
-    state = TrialState()
-    start = time.monotonic_ns()
-    harness.emit("trial_start", t=start, trial=ctx.trial, point_hash=ctx.point.point_hash,
-                 strategy=scenario.recovery.strategy, fault_free=ctx.fault_free, deadline_s=ctx.deadline_s)
-    deadline = start + int(ctx.deadline_s * 1e9)
+    faults = [] if ctx.fault_free else _schedule(ctx)
+    start = harness.emit(
+        "trial_start",
+        trial=ctx.trial,
+        point_hash=ctx.point.point_hash,
+        strategy=scenario.recovery.strategy,
+        fault_free=ctx.fault_free,
+        deadline_s=ctx.deadline_s,
+    )
     outcome = "interrupted"
     try:
         job.start()
-        while True:
-            for e in tail.poll():
-                state.feed(e)
-            now = time.monotonic_ns()
-            for fault in faults:
-                fault.poll(state, now, harness)
-            if job.poll(TICK_S):
-                outcome = "ended"
-                break
-            if time.monotonic_ns() > deadline:
-                outcome = "hung"
-                break
+        outcome = _drive(job, faults, EventTail(ctx.events_dir), harness, deadline=start + int(ctx.deadline_s * 1e9))
     finally:
         for fault in faults:
             fault.undo_all(harness)
@@ -87,34 +72,86 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
             ctx.network.destroy()
         harness.emit("trial_end", outcome=outcome)
         harness.close()
+    return _result(ctx, job, outcome, start, reference)
+
+
+def _topology(ctx: TrialContext) -> Topology:
+    """One network namespace per host of the trial (link faults)."""
+    from injectors.link import netns
+
+    launch = ctx.scenario.launch
+    return netns.Topology.create(
+        netns.tag_for(ctx.host.run_id),
+        ctx.scenario.workload.world_size // launch.ranks_per_host,
+        wire_packets=launch.wire_packets,
+    )
+
+
+def _schedule(ctx: TrialContext) -> list[ScheduledFault]:
+    s = ctx.scenario
+    namespaces = {r: ctx.namespace_of(r) for r in range(s.workload.world_size)} if ctx.network else {}
+    return [
+        ScheduledFault(
+            i, f, seed=s.measure.seed, trial=ctx.trial, ranks_per_host=s.launch.ranks_per_host, namespaces=namespaces
+        )
+        for i, f in enumerate(s.faults)
+    ]
+
+
+def _drive(job: Job, faults: list[ScheduledFault], tail: EventTail, harness: EventWriter, *, deadline: int) -> str:
+    """The driver loop: follow the events, fire and undo faults, let the job reap; how it ended."""
+    state = TrialState()
+    while True:
+        for e in tail.poll():
+            state.feed(e)
+        now = time.monotonic_ns()
+        for fault in faults:
+            fault.poll(state, now, harness)
+        if job.poll(TICK_S):
+            return "ended"
+        if time.monotonic_ns() > deadline:
+            return "hung"
+
+
+def _result(ctx: TrialContext, job: Job, outcome: str, start: int, reference: TrialFacts | None) -> TrialResult:
+    """The trial's figures, from its event logs read whole once every writer is gone."""
+    s = ctx.scenario
     events = read_events(ctx.events_dir)
-    w = scenario.workload
-    facts = trial_facts(events, steps=w.steps, warmup_steps=w.warmup_steps)
+    w = s.workload
     figures = fault_figures(
         events,
-        faults=[] if ctx.fault_free else [(f.kind, f.target.text()) for f in scenario.faults],
-        steps=w.steps, warmup_steps=w.warmup_steps, phases=STRATEGIES[scenario.recovery.strategy].phases,
+        faults=[] if ctx.fault_free else [(f.kind, f.target.text()) for f in s.faults],
+        steps=w.steps,
+        warmup_steps=w.warmup_steps,
+        phases=STRATEGIES[s.recovery.strategy].phases,
         reference=reference,
     )
-    return TrialResult(faults=figures, facts=facts, events=events,
-                       wall_s=(time.monotonic_ns() - start) / 1e9, outcome=outcome, versions=job.versions())
+    return TrialResult(
+        faults=figures,
+        facts=trial_facts(events, steps=w.steps, warmup_steps=w.warmup_steps),
+        events=events,
+        wall_s=(time.monotonic_ns() - start) / 1e9,
+        outcome=outcome,
+        versions=job.versions(),
+    )
 
 
 def unavailable(scenario: Scenario) -> str | None:
     """Why this point cannot run on this machine (no root for namespaces, no NFQUEUE
     stage...), or None. Checked before its trials, so a point is skipped with a reason
     instead of failing each trial."""
-    why = STRATEGIES[scenario.recovery.strategy].load().unavailable(scenario)
+    job: type[Job] = STRATEGIES[scenario.recovery.strategy].load()
+    why = job.unavailable(scenario)
     if why or not uses_namespaces(scenario):
         return why
-    from injectors.link import netns
+    from injectors.link import system
 
-    reason = netns.available()
+    reason = system.available()
     if reason:
         return f"network namespaces: {reason}"
     for i, f in enumerate(scenario.faults):
         if FAULTS[f.kind].family == "link":
-            why = FAULTS[f.kind].load()(**asdict(f.params)).unavailable()
+            why = FAULTS[f.kind].load()(**f.knobs()).unavailable()
             if why:
                 return f"faults.{i} ({f.kind}): {why}"
     return None

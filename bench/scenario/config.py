@@ -81,13 +81,11 @@ def build(cls: type[T], data: Any, *, file: str, prefix: str = "", extra_ok: boo
     if not isinstance(data, Mapping):
         raise ConfigError(file, prefix, "a table", data)
     hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     if not extra_ok:
         for key in data:
             if key not in fields:
-                raise ConfigError(
-                    file, join(prefix, key), f"one of {', '.join(sorted(fields))}", UNKNOWN_KEY
-                )
+                raise ConfigError(file, join(prefix, key), f"one of {', '.join(sorted(fields))}", UNKNOWN_KEY)
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         key = join(prefix, name)
@@ -129,7 +127,7 @@ def convert(tp: Any, value: Any, *, file: str, key: str, meta: Mapping[str, Any]
             raise ConfigError(file, key, "a table", value)
         _, vtype = get_args(tp)
         return {str(k): convert(vtype, v, file=file, key=join(key, k)) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value, file=file, prefix=key)
     if tp is bool:
         if not isinstance(value, bool):

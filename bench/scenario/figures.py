@@ -35,36 +35,80 @@ class Figure:
 
 
 FIGURES: tuple[Figure, ...] = (
-    Figure(name="ttd_s", unit="s", better="lower",
-           meaning="first detection by a surviving process (a rank, an agent, the lighthouse) minus the injection"),
-    Figure(name="ttd_all_s", unit="s", better="lower",
-           meaning="the last surviving rank's first detection minus the injection (empty if one never detected)"),
-    Figure(name="ttr_s", unit="s", better="lower",
-           meaning="end of the first good step (new world, past the last committed step) minus the first detection"),
+    Figure(
+        name="ttd_s",
+        unit="s",
+        better="lower",
+        meaning="first detection by a surviving process (a rank, an agent, the lighthouse) minus the injection",
+    ),
+    Figure(
+        name="ttd_all_s",
+        unit="s",
+        better="lower",
+        meaning="the last surviving rank's first detection minus the injection (empty if one never detected)",
+    ),
+    Figure(
+        name="ttr_s",
+        unit="s",
+        better="lower",
+        meaning="end of the first good step (new world, past the last committed step) minus the first detection",
+    ),
     Figure(name="downtime_s", unit="s", better="lower", meaning="ttd_s + ttr_s"),
     Figure(name="steps_lost", unit="steps", better="lower", meaning="committed steps computed again after recovery"),
-    Figure(name="goodput", unit="ratio", better="higher",
-           meaning="distinct steps x fault-free median step time / training wall time"),
-    Figure(name="degraded_step_ratio", unit="ratio", better="lower",
-           meaning="median step time after recovery (for an undetected fault: while it lasted) / fault-free median"),
-    Figure(name="loss_delta", unit="loss", better="neither",
-           meaning="final loss minus the fault-free reference's (needs measure.reference = true)"),
-    Figure(name="ttfs_s", unit="s", better="lower",
-           meaning="time to full strength: first step of a post-fault world as large as before, minus the injection"),
-    Figure(name="steps_discarded", unit="steps", better="lower",
-           meaning="iterations a surviving process computed and threw away (torchft's uncommitted steps)"),
-    Figure(name="restore_s", unit="s", better="lower",
-           meaning="the longest state transfer of the recovery (from disk or from a peer)"),
+    Figure(
+        name="goodput",
+        unit="ratio",
+        better="higher",
+        meaning="distinct steps x fault-free median step time / training wall time",
+    ),
+    Figure(
+        name="degraded_step_ratio",
+        unit="ratio",
+        better="lower",
+        meaning="median step time after recovery (for an undetected fault: while it lasted) / fault-free median",
+    ),
+    Figure(
+        name="loss_delta",
+        unit="loss",
+        better="neither",
+        meaning="final loss minus the fault-free reference's (needs measure.reference = true)",
+    ),
+    Figure(
+        name="ttfs_s",
+        unit="s",
+        better="lower",
+        meaning="time to full strength: first step of a post-fault world as large as before, minus the injection",
+    ),
+    Figure(
+        name="steps_discarded",
+        unit="steps",
+        better="lower",
+        meaning="iterations a surviving process computed and threw away (torchft's uncommitted steps)",
+    ),
+    Figure(
+        name="restore_s",
+        unit="s",
+        better="lower",
+        meaning="the longest state transfer of the recovery (from disk or from a peer)",
+    ),
     Figure(name="restore_bytes", unit="bytes", better="lower", meaning="the size of that transfer"),
-    Figure(name="checkpoint_s", unit="s", better="lower", per="trial",
-           meaning="seconds spent writing checkpoints in the trial (the other side of steps_lost)"),
+    Figure(
+        name="checkpoint_s",
+        unit="s",
+        better="lower",
+        per="trial",
+        meaning="seconds spent writing checkpoints in the trial (the other side of steps_lost)",
+    ),
     Figure(name="checkpoint_bytes", unit="bytes", better="lower", per="trial", meaning="size of the last checkpoint"),
 )
 
 PHASE_PREFIX, PHASE_SUFFIX = "phase_", "_s"
-PHASE = Figure(name="phase_<name>_s", unit="s", better="lower",
-               meaning="one phase of the downtime: detect, the strategy's own phases, catch-up; they add up to "
-                       "downtime_s")
+PHASE = Figure(
+    name="phase_<name>_s",
+    unit="s",
+    better="lower",
+    meaning="one phase of the downtime: detect, the strategy's own phases, catch-up; they add up to downtime_s",
+)
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
 #: Names of the figures that have one value per injection, in table order.
@@ -126,10 +170,10 @@ OUTCOMES: tuple[Outcome, ...] = (
     Outcome(name="failed", bad=True, meaning="the job stopped (expected for fail-stop)"),
     Outcome(name="absorbed", bad=False, meaning="nothing detected the fault and the job went on"),
     Outcome(name="hung", bad=True, meaning="the trial deadline was reached and everything was killed"),
-    Outcome(name="corrupted", bad=True,
-            meaning="nothing detected the fault, the job finished, and its parameters are wrong"),
-    Outcome(name="not_injected", bad=True,
-            meaning="the trigger was never reached, or no live target was left"),
+    Outcome(
+        name="corrupted", bad=True, meaning="nothing detected the fault, the job finished, and its parameters are wrong"
+    ),
+    Outcome(name="not_injected", bad=True, meaning="the trigger was never reached, or no live target was left"),
     Outcome(name="completed", bad=False, meaning="a trial without faults that ran to its end"),
 )
 BAD_OUTCOMES: frozenset[str] = frozenset(o.name for o in OUTCOMES if o.bad)
@@ -142,14 +186,24 @@ def outcomes_text(counts: dict[str, int]) -> str:
 
 def markdown() -> str:
     """``docs/figures.md``: the tables above, for readers of the repository."""
-    lines = ["# Figures and outcomes", "",
-             "Generated from `bench/scenario/figures.py` by `python -m bench.scenario.figures > docs/figures.md`;",
-             "a test keeps the two in step. How each figure is computed: `bench/results/derive.py`.", "",
-             "| figure | unit | better | per | meaning |", "|---|---|---|---|---|"]
+    lines = [
+        "# Figures and outcomes",
+        "",
+        "Generated from `bench/scenario/figures.py` by `python -m bench.scenario.figures > docs/figures.md`;",
+        "a test keeps the two in step. How each figure is computed: `bench/results/derive.py`.",
+        "",
+        "| figure | unit | better | per | meaning |",
+        "|---|---|---|---|---|",
+    ]
     for f in (*FIGURES, PHASE):
         lines.append(f"| `{f.name}` | {f.unit} | {f.better} | {f.per} | {f.meaning} |")
-    lines += ["", "Times are seconds of CLOCK_MONOTONIC. A figure that does not exist for an outcome is empty, "
-              "never 0.", "", "| outcome | bad | meaning |", "|---|---|---|"]
+    lines += [
+        "",
+        "Times are seconds of CLOCK_MONOTONIC. A figure that does not exist for an outcome is empty, never 0.",
+        "",
+        "| outcome | bad | meaning |",
+        "|---|---|---|",
+    ]
     lines += [f"| `{o.name}` | {'yes' if o.bad else 'no'} | {o.meaning} |" for o in OUTCOMES]
     return "\n".join(lines) + "\n"
 

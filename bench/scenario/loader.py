@@ -9,6 +9,7 @@ key it came from.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -16,7 +17,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.scenario import figures
 from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, to_dict
@@ -31,13 +32,15 @@ from bench.scenario.model import (
     WorkloadSpec,
 )
 from bench.scenario.overrides import flatten_sweep, label, set_path
-from bench.scenario.registry import Plugin, Registry
+from bench.scenario.registry import Registry
 from bench.strategies import STRATEGIES
 from bench.workloads import WORKLOADS
 
+TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch", "sweep", "gate")
 
-TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch",
-            "sweep", "gate")
+
+Tagged = TypeVar("Tagged", WorkloadSpec, FaultSpec)
+"""Specs whose ``kind`` names a plug-in that brings its own knobs."""
 
 
 def load(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
@@ -56,8 +59,9 @@ def load(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenari
     return parse(raw, file=file, overrides=overrides)
 
 
-def parse(raw: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
-    raw = copy.deepcopy(dict(raw))
+def parse(source: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
+    """Validate parsed TOML (``source``), with ``--set`` overrides and its sweep."""
+    raw = copy.deepcopy(dict(source))
     sweep = flatten_sweep(raw.pop("sweep", {}), file)
     for key, value in overrides:
         set_path(raw, key, value, file=file, origin="--set")
@@ -77,13 +81,12 @@ def points(scenario: Scenario) -> list[Point]:
     result = []
     for combo in itertools.product(*(v for _, v in scenario.sweep)):
         raw = copy.deepcopy(dict(scenario.raw))
-        for key, value in zip(keys, combo):
+        for key, value in zip(keys, combo, strict=True):
             set_path(raw, key, value, file=scenario.source, origin=key)
         resolved = replace(_validate(raw, scenario.source), sweep=scenario.sweep, raw=raw)
-        values = tuple(zip(keys, combo))
+        values = tuple(zip(keys, combo, strict=True))
         result.append(
-            Point(scenario=resolved, values=values, label=label(scenario.name, values),
-                  point_hash=point_hash(resolved))
+            Point(scenario=resolved, values=values, label=label(scenario.name, values), point_hash=point_hash(resolved))
         )
     return result
 
@@ -131,24 +134,31 @@ def _validate_inner(raw: Mapping[str, Any], file: str) -> Scenario:
     faults_raw = raw.get("faults", [])
     if not isinstance(faults_raw, list):
         raise ConfigError(file, "faults", "an array of tables ([[faults]])", faults_raw)
-    faults = tuple(
-        _tagged(FaultSpec, f, FAULTS, file, f"faults.{i}") for i, f in enumerate(faults_raw)
-    )
+    faults = tuple(_tagged(FaultSpec, f, FAULTS, file, f"faults.{i}") for i, f in enumerate(faults_raw))
     recovery = _recovery(raw.get("recovery", {}), file)
     measure = build(MeasureSpec, raw.get("measure", {}), file=file, prefix="measure")
     launch = build(LaunchSpec, raw.get("launch", {}), file=file, prefix="launch")
     gate = validate_gate(raw.get("gate", {}), file=file)
 
     scenario = Scenario(
-        name=name, description=description, workload=workload, faults=faults,
-        recovery=recovery, measure=measure, launch=launch, gate=gate, source=file, raw=raw,
+        name=name,
+        description=description,
+        workload=workload,
+        faults=faults,
+        recovery=recovery,
+        measure=measure,
+        launch=launch,
+        gate=gate,
+        source=file,
+        raw=raw,
     )
     _cross_check(scenario, file)
     return scenario
 
 
-def _tagged(cls: type, data: Any, registry: Registry[Plugin], file: str, prefix: str,
-            default_kind: str | None = None) -> Any:
+def _tagged(
+    cls: type[Tagged], data: Any, registry: Registry[Any], file: str, prefix: str, default_kind: str | None = None
+) -> Tagged:
     """A spec whose extra keys are the knobs of the plug-in named by its ``kind``."""
     if not isinstance(data, Mapping):
         raise ConfigError(file, prefix, "a table", data)
@@ -158,14 +168,15 @@ def _tagged(cls: type, data: Any, registry: Registry[Plugin], file: str, prefix:
     if kind not in registry:
         raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()}", kind)
     plugin = registry[kind]
-    common = {f for f in cls.__dataclass_fields__ if f != "params"}  # type: ignore[attr-defined]
-    allowed = common | set(plugin.params.__dataclass_fields__)
+    common = {f.name for f in dataclasses.fields(cls) if f.name != "params"}
+    allowed = common | {f.name for f in dataclasses.fields(plugin.params)}
     for key in data:
         if key not in allowed:
-            raise ConfigError(file, join(prefix, key), f"one of {', '.join(sorted(allowed))} (for kind {kind!r})",
-                              UNKNOWN_KEY)
+            raise ConfigError(
+                file, join(prefix, key), f"one of {', '.join(sorted(allowed))} (for kind {kind!r})", UNKNOWN_KEY
+            )
     own = {k: v for k, v in data.items() if k not in common}
-    params = build(plugin.params, own, file=file, prefix=prefix)
+    params: object = build(plugin.params, own, file=file, prefix=prefix)
     base = build(cls, {k: v for k, v in data.items() if k in common}, file=file, prefix=prefix)
     return replace(base, kind=kind, params=params)
 
@@ -176,16 +187,18 @@ def _recovery(data: Any, file: str) -> RecoverySpec:
     strategy = data.get("strategy", default_strategy())
     if strategy not in STRATEGIES:
         raise ConfigError(file, "recovery.strategy", f"one of {STRATEGIES.choices()}", strategy)
-    chosen = None
+    chosen: object = None
     for key, value in data.items():
         if key == "strategy":
             continue
         if key not in STRATEGIES:
             raise ConfigError(
-                file, f"recovery.{key}",
-                f"'strategy' or a table named after a strategy ({STRATEGIES.choices()})", UNKNOWN_KEY,
+                file,
+                f"recovery.{key}",
+                f"'strategy' or a table named after a strategy ({STRATEGIES.choices()})",
+                UNKNOWN_KEY,
             )
-        params = build(STRATEGIES[key].params, value, file=file, prefix=f"recovery.{key}")
+        params: object = build(STRATEGIES[key].params, value, file=file, prefix=f"recovery.{key}")
         if key == strategy:
             chosen = params
     if chosen is None:
@@ -221,11 +234,18 @@ def _cross_check(s: Scenario, file: str) -> None:
     if w.warmup_steps >= w.steps:
         raise ConfigError(file, "workload.warmup_steps", f"fewer than workload.steps ({w.steps})", w.warmup_steps)
     if w.world_size % s.launch.ranks_per_host:
-        raise ConfigError(file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})",
-                          s.launch.ranks_per_host)
+        raise ConfigError(
+            file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})", s.launch.ranks_per_host
+        )
     for i, f in enumerate(s.faults):
-        check_fault(f, world_size=w.world_size, steps=w.steps, ranks_per_host=s.launch.ranks_per_host,
-                    file=file, where=f"faults.{i}")
+        check_fault(
+            f,
+            world_size=w.world_size,
+            steps=w.steps,
+            ranks_per_host=s.launch.ranks_per_host,
+            file=file,
+            where=f"faults.{i}",
+        )
     _check_strategy(s, file)
 
 
@@ -238,16 +258,25 @@ def _check_strategy(s: Scenario, file: str) -> None:
         raise ConfigError(file, "workload.kind", f"{kinds} with strategy {name}", w.kind)
     for i, f in enumerate(s.faults):
         if FAULTS[f.kind].rank_side and not strategy.rank_side_faults:
-            raise ConfigError(file, f"faults.{i}.kind", f"a fault that acts from outside the rank with strategy "
-                              f"{name} (its collectives do not pass through ftbench's hooks)", f.kind)
+            raise ConfigError(
+                file,
+                f"faults.{i}.kind",
+                f"a fault that acts from outside the rank with strategy "
+                f"{name} (its collectives do not pass through ftbench's hooks)",
+                f.kind,
+            )
     links = any(FAULTS[f.kind].family == "link" for f in s.faults)
     if links and s.launch.network == "loopback":
         raise ConfigError(file, "launch.network", "'auto' or 'namespaces' (link faults need namespaces)", "loopback")
     if (links or s.launch.network == "namespaces") and not strategy.namespaces:
         able = " or ".join(repr(n) for n in STRATEGIES.names() if STRATEGIES[n].namespaces)
-        raise ConfigError(file, "recovery.strategy",
-                          f"{able} with network namespaces (their ranks are started by ftbench's own launcher, "
-                          "which puts each host in its namespace)", name)
+        raise ConfigError(
+            file,
+            "recovery.strategy",
+            f"{able} with network namespaces (their ranks are started by ftbench's own launcher, "
+            "which puts each host in its namespace)",
+            name,
+        )
     if strategy.check is not None:
         strategy.check(s, file)
 
@@ -256,4 +285,5 @@ def uses_namespaces(scenario: Scenario) -> bool:
     """Whether the trials of ``scenario`` run each host in a network namespace."""
     network = scenario.launch.network
     return network == "namespaces" or (
-        network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults))
+        network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults)
+    )

@@ -71,9 +71,11 @@ def label(name: str, values: Sequence[tuple[str, Any]]) -> str:
         return name
     tails = [k.split(".")[-1] for k, _ in values]
     names = tails if len(set(tails)) == len(tails) else [k for k, _ in values]
-    names = ["fault" if k.startswith("faults.") and k.split(".")[-1].isdigit() else n
-             for n, (k, _) in zip(names, values)]
-    return " ".join(f"{n}={_short(v)}" for n, (_, v) in zip(names, values))
+    names = [
+        "fault" if k.startswith("faults.") and k.split(".")[-1].isdigit() else n
+        for n, (k, _) in zip(names, values, strict=True)
+    ]
+    return " ".join(f"{n}={_short(v)}" for n, (_, v) in zip(names, values, strict=True))
 
 
 def _short(value: Any) -> str:

@@ -90,16 +90,15 @@ _discovered = False
 
 
 def discover() -> None:
-    """Import every plug-in module once (see the module docstring)."""
+    """Import every plug-in module (see the module docstring); Python imports each once."""
     global _discovered
-    if _discovered:
-        return
-    _discovered = True  # first: plug-in modules look names up in registries while they import
-    for package, folders_only in PLUGIN_PACKAGES:
-        pkg = importlib.import_module(package)
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if info.ispkg or not folders_only:
-                importlib.import_module(f"{package}.{info.name}")
+    if not _discovered:
+        _discovered = True  # first: plug-in modules look names up in registries while they import
+        for package, folders_only in PLUGIN_PACKAGES:
+            pkg = importlib.import_module(package)
+            for info in pkgutil.iter_modules(pkg.__path__):
+                if info.ispkg or not folders_only:
+                    importlib.import_module(f"{package}.{info.name}")
     for name in os.environ.get(PLUGINS_ENV, "").split(","):
         if name.strip():
             importlib.import_module(name.strip())

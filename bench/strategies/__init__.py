@@ -39,6 +39,8 @@ class Strategy(Plugin):
     """Its collectives pass through ftbench's rank-side fault hooks."""
     workloads: tuple[str, ...] = ()
     """Workload kinds it can train (empty: every one)."""
+    packages: tuple[str, ...] = ()
+    """Distributions of its stack whose versions every run records (beyond torch)."""
     default: bool = False
     """The strategy of a scenario that names none (exactly one declares it)."""
     check: Callable[[Scenario, str], None] | None = None

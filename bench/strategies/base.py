@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from bench.procs.launcher import ProcessHost
 from bench.rank.entry import HookSpec, RankSpec
-from bench.scenario.config import to_dict
 from bench.scenario.model import Point, Scenario
 
 if TYPE_CHECKING:
@@ -91,12 +90,30 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
 
     s = ctx.scenario
     strategy = STRATEGIES[s.recovery.strategy]
-    hooks = () if ctx.fault_free else tuple(
-        HookSpec(index=i, kind=f.kind, impl=rank_side, params=to_dict(f.params))
-        for i, f in enumerate(s.faults) if (rank_side := FAULTS[f.kind].rank_side) is not None)
+    hooks = (
+        ()
+        if ctx.fault_free
+        else tuple(
+            HookSpec(index=i, kind=f.kind, impl=FAULTS[f.kind].impl, params=f.knobs())
+            for i, f in enumerate(s.faults)
+            if FAULTS[f.kind].rank_side
+        )
+    )
     base: dict[str, Any] = dict(
-        rank=rank, members=(), store_host=ctx.store_host, netns=ctx.namespace_of(rank),
-        events_dir=str(ctx.events_dir), entry=strategy.rank_entry, policy=strategy.rank_policy,
-        workload=s.workload, workload_impl=WORKLOADS[s.workload.kind].impl, recovery=s.recovery,
-        backend=ctx.backend, seed=ctx.seed, wait_s=ctx.deadline_s, role=role, hooks=hooks)
+        rank=rank,
+        members=(),
+        store_host=ctx.store_host,
+        netns=ctx.namespace_of(rank),
+        events_dir=str(ctx.events_dir),
+        entry=strategy.rank_entry,
+        policy=strategy.rank_policy,
+        workload=s.workload,
+        workload_impl=WORKLOADS[s.workload.kind].impl,
+        recovery=s.recovery,
+        backend=ctx.backend,
+        seed=ctx.seed,
+        wait_s=ctx.deadline_s,
+        role=role,
+        hooks=hooks,
+    )
     return RankSpec(**(base | fields))

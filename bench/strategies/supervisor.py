@@ -29,8 +29,12 @@ class SupervisedJob(Job):
     def start(self) -> None:
         ctx = self.ctx
         self.supervisor = EventWriter(ctx.events_dir / "supervisor.jsonl", src="supervisor", pid=os.getpid())
-        self.launcher = LocalLauncher(host=ctx.host, start_method=ctx.scenario.launch.start_method,
-                                      trial_dir=ctx.trial_dir, events_dir=ctx.events_dir)
+        self.launcher = LocalLauncher(
+            host=ctx.host,
+            start_method=ctx.scenario.launch.start_method,
+            trial_dir=ctx.trial_dir,
+            events_dir=ctx.events_dir,
+        )
         self.launcher.start_store()
         self.store = self.launcher.store_client()
         self.members = tuple(range(ctx.scenario.workload.world_size))

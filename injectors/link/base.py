@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 from injectors import undo as undo_records
 from injectors.base import Target
-from injectors.link import netns, nfqueue
-from injectors.link.netns import Unavailable, sh
+from injectors.link import nfqueue, system
+from injectors.link.system import Unavailable, sh
 
 IFNAME = "eth0"
 
@@ -28,15 +28,19 @@ IFNAME = "eth0"
 @functools.cache
 def netem_available() -> bool:
     """True if ``tc qdisc add ... netem`` works here (tried on lo of a throwaway namespace)."""
-    if netns.available():
+    if system.available():
         return False
-    probe = f"{netns.PREFIX}-netem-{os.getpid()}"
+    probe = f"{system.PREFIX}-netem-{os.getpid()}"
     if sh(["ip", "netns", "add", probe], check=False).returncode != 0:
         return False
     try:
         sh(["ip", "-n", probe, "link", "set", "lo", "up"], check=False)
-        return sh(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
-                  check=False).returncode == 0
+        return (
+            sh(
+                ["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"], check=False
+            ).returncode
+            == 0
+        )
     finally:
         sh(["ip", "netns", "del", probe], check=False)
 
@@ -51,8 +55,7 @@ class LinkFault:
     kind: ClassVar[str] = "link"
 
     def __init__(self, *, duration_s: float) -> None:
-        if duration_s < 0:
-            raise ValueError(f"{self.kind}: duration_s must be >= 0, got {duration_s}")
+        # Knob bounds are the scenario's (bench.scenario.faults.link); injectors trust them.
         self.duration_s = duration_s
         self.report: dict[str, Any] = {}
         """Filled by undo(): per namespace, what the mechanism measured (NFQUEUE stage
@@ -80,15 +83,17 @@ class LinkFault:
     # -- the injector protocol ------------------------------------------------------
     def unavailable(self) -> str | None:
         """None if :meth:`inject` can work here; else the reason to skip the scenario."""
-        return netns.available() or self._why_not()
+        return system.available() or self._why_not()
 
     def inject(self, target: Target) -> dict[str, Any]:
         reason = self.unavailable()
         if reason:
             raise Unavailable(f"{self.kind}: {reason}")
         if not target.namespaces:
-            raise ValueError(f"{self.kind}: the target has no network namespaces (the trial must run its "
-                             "ranks in an injectors.link.netns.Topology)")
+            raise ValueError(
+                f"{self.kind}: the target has no network namespaces (the trial must run its "
+                "ranks in an injectors.link.netns.Topology)"
+            )
         if self._steps:
             raise RuntimeError(f"{self.kind}: inject() again before undo()")
         self.report = {}
@@ -102,8 +107,14 @@ class LinkFault:
             except RuntimeError as undo_exc:  # keep the cause in front; the records stay for cleanup
                 exc.add_note(str(undo_exc))
             raise
-        details = {"fault": self.kind, "mechanism": self.mechanism(), "direction": self.direction(),
-                   **self.params(), "duration_s": self.duration_s, "namespaces": list(target.namespaces)}
+        details = {
+            "fault": self.kind,
+            "mechanism": self.mechanism(),
+            "direction": self.direction(),
+            **self.params(),
+            "duration_s": self.duration_s,
+            "namespaces": list(target.namespaces),
+        }
         if self.report:  # the NFQUEUE stage: its pids now, its statistics in .report after undo()
             details["stage"] = {ns: dict(r) for ns, r in self.report.items()}
         return details
@@ -139,24 +150,26 @@ class LinkFault:
             raise RuntimeError(f"{self.kind}: undo failed: {'; '.join(failed)}")
 
     def _count_matches(self) -> None:
-        tag = f"{netns.PREFIX}-{self.kind}"
+        tag = f"{system.PREFIX}-{self.kind}"
         for ns in getattr(self, "_namespaces", []):
             if _gone(["ip", "netns", "exec", ns]):
                 continue
             saved = sh(["ip", "netns", "exec", ns, "iptables-save", "-c"], check=False).stdout
-            counts = [int(line[1:line.index(":")]) for line in saved.splitlines()
-                      if line.startswith("[") and tag in line]
+            counts = [
+                int(line[1 : line.index(":")]) for line in saved.splitlines() if line.startswith("[") and tag in line
+            ]
             if counts:
                 self.report.setdefault(ns, {})["matched_packets"] = sum(counts)
 
     # -- helpers for subclasses -----------------------------------------------------
-    def _change(self, what: str, do: list[str] | None, undo: list[list[str]],
-                hook: Callable[[], None] | None = None) -> None:
+    def _change(
+        self, what: str, do: list[str] | None, undo: list[list[str]], hook: Callable[[], None] | None = None
+    ) -> None:
         """File ``undo`` (run by another process if we die), then run the one command ``do``.
 
         If ``do`` fails nothing was changed, so its record is dropped at once.
         """
-        path = undo_records.register(netns.run_id(), f"{self.kind}: {what}", undo)
+        path = undo_records.register(system.run_id(), f"{self.kind}: {what}", undo)
         self._steps.append((path, undo, hook))
         if do is None:
             return
@@ -168,14 +181,19 @@ class LinkFault:
             raise
 
     def _rule(self, ns: str, chain: str, match: list[str], jump: list[str]) -> None:
-        rest = [*match, "-m", "comment", "--comment", f"{netns.PREFIX}-{self.kind}", "-j", *jump]
-        self._change(f"iptables {chain} {' '.join(rest)} in {ns}",
-                     do=_ipt(ns, "-I", chain, "1", *rest), undo=[_ipt(ns, "-D", chain, *rest)])
+        rest = [*match, "-m", "comment", "--comment", f"{system.PREFIX}-{self.kind}", "-j", *jump]
+        self._change(
+            f"iptables {chain} {' '.join(rest)} in {ns}",
+            do=_ipt(ns, "-I", chain, "1", *rest),
+            undo=[_ipt(ns, "-D", chain, *rest)],
+        )
 
     def _qdisc(self, ns: str, dev: str, *spec: str) -> None:
-        self._change(f"qdisc {' '.join(spec)} on {dev} in {ns}",
-                     do=["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *spec],
-                     undo=[["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]])
+        self._change(
+            f"qdisc {' '.join(spec)} on {dev} in {ns}",
+            do=["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", *spec],
+            undo=[["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"]],
+        )
 
     def _stage(self, ns: str, **knobs: Any) -> None:
         """Start the NFQUEUE daemon in ``ns`` and queue the victim's input to it."""
@@ -185,9 +203,22 @@ class LinkFault:
             if proc:
                 self.report[ns] = {**self.report.get(ns, {}), **nfqueue.stop(proc.pop())}
 
-        self._change(f"NFQUEUE daemon in {ns}", do=None,
-                     undo=[["env", f"PYTHONPATH={nfqueue.PACKAGE_ROOT}", sys.executable, "-m", "injectors.link.nfqueue",
-                            "stop-namespace", ns]], hook=stop)
+        self._change(
+            f"NFQUEUE daemon in {ns}",
+            do=None,
+            undo=[
+                [
+                    "env",
+                    f"PYTHONPATH={nfqueue.PACKAGE_ROOT}",
+                    sys.executable,
+                    "-m",
+                    "injectors.link.nfqueue",
+                    "stop-namespace",
+                    ns,
+                ]
+            ],
+            hook=stop,
+        )
         proc.append(nfqueue.start(ns, **knobs))
         self._rule(ns, "INPUT", ["-i", IFNAME], ["NFQUEUE", "--queue-num", str(nfqueue.QUEUE), "--queue-bypass"])
         self.report[ns] = {"daemon_pid": proc[0].pid}
@@ -206,14 +237,6 @@ def _gone(argv: list[str]) -> bool:
     for flag in ("-n", "exec"):
         if flag in argv:
             i = argv.index(flag) + 1
-            if i < len(argv) and argv[i].startswith(netns.PREFIX):
-                return not (netns.NETNS_DIR / argv[i]).exists()
+            if i < len(argv) and argv[i].startswith(system.PREFIX):
+                return not (system.NETNS_DIR / argv[i]).exists()
     return False
-
-
-def check_percent(kind: str, percent: float) -> float:
-    if not 0 < percent <= 100:
-        raise ValueError(f"{kind}: percent must be in (0, 100], got {percent}")
-    return percent
-
-

@@ -9,8 +9,8 @@ store living in one of them.
 
 Addresses come from 198.18.0.0/15 (RFC 2544, reserved for benchmarking), one /24 per
 topology, so that nothing ever talks to a real network. Every name starts with ``ftb``
-and contains the topology's tag; that is how :func:`cleanup_all` finds the leftovers of a
-killed run. The undo record is written *before* anything is created, so that a harness
+and contains the topology's tag; that is how :func:`injectors.link.teardown.cleanup_all`
+finds the leftovers of a killed run. The undo record is written *before* anything is created, so that a harness
 killed half-way through :meth:`Topology.create` still leaves commands that revert it.
 
 Layout for tag ``t1`` with two hosts::
@@ -26,97 +26,30 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
-import functools
 import hashlib
 import ipaddress
 import os
 import re
-import shlex
-import shutil
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from injectors import undo
 from injectors.link import nfqueue
+from injectors.link.system import NETNS_DIR, PREFIX, CommandError, Unavailable, available, namespaces, run_id, sh
+from injectors.link.teardown import cleanup_all
 
-PREFIX = "ftb"
-NETNS_DIR = Path("/run/netns")
 BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")
 _LOCK = Path("/run/ftbench-netns.lock")
 _CLONE_NEWNET = 0x40000000
 _SIOCETHTOOL, _ETHTOOL_STSO = 0x8946, 0x1F
 _TAG = re.compile(r"^[a-z0-9]{1,6}$")
 T = TypeVar("T")
-
-
-class CommandError(RuntimeError):
-    """A system command failed; the message names the command and quotes its stderr."""
-
-    def __init__(self, argv: Sequence[str], detail: str) -> None:
-        self.argv = list(argv)
-        super().__init__(f"`{shlex.join(argv)}` failed: {detail}")
-
-
-class Unavailable(RuntimeError):
-    """Link faults cannot be had here; the message says why (for a skipped scenario)."""
-
-
-def sh(argv: Sequence[str], *, timeout_s: float = 15.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a command with a deadline; a failure raises :class:`CommandError` naming it."""
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError as exc:
-        raise CommandError(argv, f"{argv[0]} is not installed") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise CommandError(argv, f"no answer within {timeout_s} s") from exc
-    if check and done.returncode != 0:
-        raise CommandError(argv, f"exit {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
-    return done
-
-
-def run_id() -> str:
-    """The run that owns what is created now (undo records are filed under it)."""
-    return os.environ.get("FTBENCH_RUN", "adhoc")
-
-
-@functools.cache
-def available() -> str | None:
-    """None when namespaces, veths, a bridge, iptables and tc work here, else one line why.
-
-    Probed once per process by building (and removing) a throwaway namespace, because a
-    missing capability (a container without CAP_NET_ADMIN, a kernel without veth) only
-    shows when one tries.
-    """
-    if os.geteuid() != 0:
-        return f"link faults need root (network namespaces, iptables, tc); running as uid {os.geteuid()}"
-    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("iptables", "iptables")):
-        if shutil.which(tool) is None:
-            return f"`{tool}` is not installed (apt-get install -y {package})"
-    probe = f"{PREFIX}-probe-{os.getpid()}"
-    try:
-        sh(["ip", "netns", "add", probe])
-    except CommandError as exc:
-        return f"cannot create a network namespace: {exc}"
-    try:
-        sh(["ip", "-n", probe, "link", "set", "lo", "up"])
-        sh(["ip", "-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb"])
-        sh(["ip", "-n", probe, "link", "add", "pbr", "type", "bridge"])
-        sh(["ip", "netns", "exec", probe, "iptables", "-w", "5", "-A", "INPUT", "-j", "DROP"])
-        sh(["tc", "-n", probe, "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "1mbit", "burst", "32k",
-            "latency", "50ms"])
-    except CommandError as exc:
-        return f"network namespaces are restricted here: {exc}"
-    finally:
-        sh(["ip", "netns", "del", probe], check=False)
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +102,17 @@ class Topology:
             subnet = _free_subnet(tag)
             net = list(subnet.hosts())
             topo = cls(
-                tag=tag, hub=f"{PREFIX}-{tag}-hub", bridge=f"{PREFIX}{tag}br", subnet=str(subnet),
-                hosts=tuple(Host(f"h{i}", f"{PREFIX}-{tag}-h{i}", str(net[i]), "eth0", f"{PREFIX}{tag}h{i}")
-                            for i in range(hosts)),
-                root_address=str(net[-1]), root_ifname=f"{PREFIX}{tag}r", wire_packets=wire_packets,
+                tag=tag,
+                hub=f"{PREFIX}-{tag}-hub",
+                bridge=f"{PREFIX}{tag}br",
+                subnet=str(subnet),
+                hosts=tuple(
+                    Host(f"h{i}", f"{PREFIX}-{tag}-h{i}", str(net[i]), "eth0", f"{PREFIX}{tag}h{i}")
+                    for i in range(hosts)
+                ),
+                root_address=str(net[-1]),
+                root_ifname=f"{PREFIX}{tag}r",
+                wire_packets=wire_packets,
             )
             topo._record = undo.register(run_id(), f"network topology {tag}", topo._teardown_commands())
             try:
@@ -191,8 +131,7 @@ class Topology:
         for h in self.hosts:
             sh(["ip", "netns", "add", h.namespace])
             sh(["ip", "-n", h.namespace, "link", "set", "lo", "up"])
-            sh(["ip", "-n", hub, "link", "add", h.port, "type", "veth", "peer", "name", h.ifname,
-                "netns", h.namespace])
+            sh(["ip", "-n", hub, "link", "add", h.port, "type", "veth", "peer", "name", h.ifname, "netns", h.namespace])
             sh(["ip", "-n", hub, "link", "set", h.port, "master", br, "up"])
             sh(["ip", "-n", h.namespace, "addr", "add", f"{h.address}/24", "dev", h.ifname])
             if self.wire_packets:
@@ -209,9 +148,20 @@ class Topology:
     def _teardown_commands(self) -> list[list[str]]:
         """What reverts this topology from another process (the undo record): the full
         cleanup (processes and daemons inside too), then plain ``ip`` in case Python cannot."""
-        return [["env", f"PYTHONPATH={nfqueue.PACKAGE_ROOT}", sys.executable, "-m", "injectors.link.netns", "cleanup",
-                 self.tag], ["ip", "link", "del", self.root_ifname],
-                *(["ip", "netns", "del", h.namespace] for h in self.hosts), ["ip", "netns", "del", self.hub]]
+        return [
+            [
+                "env",
+                f"PYTHONPATH={nfqueue.PACKAGE_ROOT}",
+                sys.executable,
+                "-m",
+                "injectors.link.netns",
+                "cleanup",
+                self.tag,
+            ],
+            ["ip", "link", "del", self.root_ifname],
+            *(["ip", "netns", "del", h.namespace] for h in self.hosts),
+            ["ip", "netns", "del", self.hub],
+        ]
 
     def host(self, name_or_index: str | int) -> Host:
         key = f"h{name_or_index}" if isinstance(name_or_index, int) else name_or_index
@@ -242,14 +192,6 @@ class Topology:
 def tag_for(text: str) -> str:
     """A valid 6-character tag derived from any text (a run id, a trial id)."""
     return hashlib.sha256(text.encode()).hexdigest()[:6]
-
-
-def namespaces() -> list[str]:
-    """Names of the named network namespaces (``ip netns list``)."""
-    try:
-        return sorted(p.name for p in NETNS_DIR.iterdir())
-    except FileNotFoundError:
-        return []
 
 
 def locate(namespace: str) -> tuple[str, str]:
@@ -305,70 +247,8 @@ def run_in(namespace: str, fn: Callable[..., T], *args: Any, timeout_s: float = 
         raise TimeoutError(f"{getattr(fn, '__name__', fn)} in {namespace} still running after {timeout_s} s")
     if "error" in box:
         raise box["error"]
-    return box["value"]
-
-
-def cleanup_all(tag: str | None = None) -> list[str]:
-    """Remove every leftover of ftbench's link faults (of one tag, or of any run).
-
-    Queue daemons and other processes inside ftbench namespaces, the namespaces, root
-    links named ftb*, iptables rules commented ftb* and chains named ftb* in the root
-    namespace, nftables tables named ftb*. Qdiscs and rules inside a namespace go with
-    it. Returns what was removed.
-    """
-    if tag:
-        ns_re, link_re = re.compile(rf"{PREFIX}-{tag}-(hub|h\d+)"), re.compile(rf"{PREFIX}{tag}(br|h\d+|rp?)")
-    else:
-        ns_re, link_re = re.compile(rf"{PREFIX}-.*"), re.compile(rf"{PREFIX}.*")
-    mine = (lambda text: tag in text) if tag else (lambda text: True)
-    ours = [n for n in namespaces() if ns_re.fullmatch(n)]
-    removed = [f"queue daemon {pid}" for pid in nfqueue.stop_daemons(namespaces=ours if tag else None)]
-    for ns in ours:
-        pids = [int(p) for p in sh(["ip", "netns", "pids", ns], check=False).stdout.split()]
-        for pid in pids:
-            if pid != os.getpid():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    removed.append(f"process {pid} in {ns}")
-                except ProcessLookupError:
-                    pass
-    for ns in ours:
-        if sh(["ip", "netns", "del", ns], check=False).returncode == 0:
-            removed.append(f"namespace {ns}")
-    for line in sh(["ip", "-o", "link", "show"], check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
-        if link_re.fullmatch(name) and sh(["ip", "link", "del", name], check=False).returncode == 0:
-            removed.append(f"link {name}")
-    removed += _clean_root_firewall(mine)
-    return removed
-
-
-def _clean_root_firewall(mine: Callable[[str], bool]) -> list[str]:
-    """Delete ftb-commented iptables rules and ftb* chains/tables in the root namespace."""
-    removed: list[str] = []
-    if shutil.which("iptables-save"):
-        table = "filter"
-        chains: list[tuple[str, str]] = []
-        for line in sh(["iptables-save"], check=False).stdout.splitlines():
-            if line.startswith("*"):
-                table = line[1:]
-            elif line.startswith(":" + PREFIX) and mine(line):
-                chains.append((table, line[1:].split()[0]))
-            elif line.startswith("-A ") and re.search(rf"--comment \"?{PREFIX}", line) and mine(line):
-                rule = shlex.split(line)[1:]
-                if sh(["iptables", "-w", "5", "-t", table, "-D", *rule], check=False).returncode == 0:
-                    removed.append(f"iptables -t {table} {line}")
-        for table, chain in chains:
-            sh(["iptables", "-w", "5", "-t", table, "-F", chain], check=False)
-            if sh(["iptables", "-w", "5", "-t", table, "-X", chain], check=False).returncode == 0:
-                removed.append(f"iptables chain {table}/{chain}")
-    if shutil.which("nft"):
-        for line in sh(["nft", "list", "tables"], check=False).stdout.splitlines():
-            parts = line.split()  # "table inet ftbxyz"
-            if (len(parts) == 3 and parts[2].startswith(PREFIX) and mine(parts[2])
-                    and sh(["nft", "delete", "table", parts[1], parts[2]], check=False).returncode == 0):
-                removed.append(f"nft table {parts[1]} {parts[2]}")
-    return removed
+    value: T = box["value"]
+    return value
 
 
 def _tso_off(ifname: str) -> None:
@@ -412,17 +292,3 @@ def _locked() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def main(argv: list[str]) -> int:
-    """``python -m injectors.link.netns cleanup [TAG]``: what an undo record or an operator runs."""
-    if not argv or argv[0] != "cleanup":
-        print("usage: python -m injectors.link.netns cleanup [TAG]")
-        return 2
-    for item in cleanup_all(tag=argv[1] if len(argv) > 1 else None):
-        print("removed", item)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -39,14 +39,27 @@ class Server:
     """``python -m injectors.link.netprobe serve`` in a host namespace, as a context manager."""
 
     def __init__(self, namespace: str, address: str, *, port: int = 0, lifetime_s: float = 120.0) -> None:
-        argv = [sys.executable, "-m", "injectors.link.netprobe", "serve", "--namespace", namespace,
-                "--address", address, "--port", str(port), "--lifetime", str(lifetime_s)]
+        argv = [
+            sys.executable,
+            "-m",
+            "injectors.link.netprobe",
+            "serve",
+            "--namespace",
+            namespace,
+            "--address",
+            address,
+            "--port",
+            str(port),
+            "--lifetime",
+            str(lifetime_s),
+        ]
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.address = address
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 15)
         line = self.proc.stdout.readline().decode() if ready else ""
@@ -118,8 +131,7 @@ def stage_overhead(topology: netns.Topology, *, nbytes: int = 8 << 20, repeats: 
     src, dst = topology.hosts[1], topology.hosts[0]
 
     def measure(srv: Server) -> tuple[float, float]:
-        mbit = max(netns.run_in(src.namespace, send, dst.address, srv.port, nbytes)["mbit_s"]
-                   for _ in range(repeats))
+        mbit = max(netns.run_in(src.namespace, send, dst.address, srv.port, nbytes)["mbit_s"] for _ in range(repeats))
         rtt_s = statistics.median(netns.run_in(src.namespace, rtt, dst.address, srv.port, count=20))
         return mbit, rtt_s
 
@@ -131,10 +143,14 @@ def stage_overhead(topology: netns.Topology, *, nbytes: int = 8 << 20, repeats: 
             through, through_rtt = measure(srv)
         finally:
             stage.undo()
-    return {"clean_mbit_s": clean, "passthrough_mbit_s": through,
-            "slowdown": round(clean / through, 2) if through else float("inf"),
-            "clean_rtt_us": round(clean_rtt * 1e6, 1), "passthrough_rtt_us": round(through_rtt * 1e6, 1),
-            "stage": stage.report.get(dst.namespace, {})}
+    return {
+        "clean_mbit_s": clean,
+        "passthrough_mbit_s": through,
+        "slowdown": round(clean / through, 2) if through else float("inf"),
+        "clean_rtt_us": round(clean_rtt * 1e6, 1),
+        "passthrough_rtt_us": round(through_rtt * 1e6, 1),
+        "stage": stage.report.get(dst.namespace, {}),
+    }
 
 
 def _readline(s: socket.socket) -> bytes:
@@ -174,8 +190,10 @@ def _handle(conn: socket.socket) -> None:
             if view[:want] != PATTERN[:want]:
                 bad += sum(1 for a, b in zip(view[:want], PATTERN[:want], strict=True) if a != b)
             left -= want
-        conn.sendall(json.dumps({"n": int(req["n"]), "bad_bytes": bad,
-                                 "seconds": round(time.monotonic() - t0, 4)}).encode() + b"\n")
+        conn.sendall(
+            json.dumps({"n": int(req["n"]), "bad_bytes": bad, "seconds": round(time.monotonic() - t0, 4)}).encode()
+            + b"\n"
+        )
 
 
 def _serve(namespace: str, address: str, port: int, lifetime_s: float) -> int:

@@ -59,25 +59,51 @@ def available() -> str | None:
     try:
         import netfilterqueue  # noqa: F401
     except ImportError as exc:
-        return (f"the NFQUEUE stage needs the netfilterqueue package ({exc}); install: apt-get install -y "
-                "libnetfilter-queue-dev gcc && pip install netfilterqueue==1.1.0")
+        return (
+            f"the NFQUEUE stage needs the netfilterqueue package ({exc}); install: apt-get install -y "
+            "libnetfilter-queue-dev gcc && pip install netfilterqueue==1.1.0"
+        )
     return None
 
 
-def start(namespace: str, *, queue: int = QUEUE, delay_ms: float = 0.0, jitter_ms: float = 0.0,
-          corrupt: float = 0.0, fix_checksum: bool = True, seed: int = 0,
-          ready_timeout_s: float = 10.0) -> subprocess.Popen[bytes]:
+def start(
+    namespace: str,
+    *,
+    queue: int = QUEUE,
+    delay_ms: float = 0.0,
+    jitter_ms: float = 0.0,
+    corrupt: float = 0.0,
+    fix_checksum: bool = True,
+    seed: int = 0,
+    ready_timeout_s: float = 10.0,
+) -> subprocess.Popen[bytes]:
     """Start the daemon inside ``namespace``; return once its queue is bound."""
-    argv = ["ip", "netns", "exec", namespace, sys.executable, "-m", "injectors.link.nfqueue", "run",
-            "--queue", str(queue), "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms),
-            "--corrupt", str(corrupt), "--seed", str(seed)]
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+        sys.executable,
+        "-m",
+        "injectors.link.nfqueue",
+        "run",
+        "--queue",
+        str(queue),
+        "--delay-ms",
+        str(delay_ms),
+        "--jitter-ms",
+        str(jitter_ms),
+        "--corrupt",
+        str(corrupt),
+        "--seed",
+        str(seed),
+    ]
     if not fix_checksum:
         argv.append("--keep-checksum")
     env = dict(os.environ)
     env[MARKER] = namespace
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], ready_timeout_s)
     line = proc.stdout.readline() if ready else b""
@@ -104,7 +130,8 @@ def stop(proc: subprocess.Popen[bytes], *, timeout_s: float = 3.0) -> dict[str, 
         return {"error": f"daemon {proc.pid} ignored SIGTERM for {timeout_s} s; killed"}
     for line in reversed(out.decode(errors="replace").splitlines()):
         if line.startswith("{"):
-            return json.loads(line)
+            stats: dict[str, Any] = json.loads(line)
+            return stats
     return {"error": f"daemon {proc.pid} exited with {proc.returncode} without statistics"}
 
 
@@ -124,12 +151,13 @@ def daemons() -> dict[int, str]:
             continue  # `ip netns exec` before its exec, or a child that is not the daemon
         for item in env:
             if item.startswith(wanted):
-                found[int(entry.name)] = item[len(wanted):].decode(errors="replace")
+                found[int(entry.name)] = item[len(wanted) :].decode(errors="replace")
     return found
 
 
-def stop_daemons(*, namespaces: Iterable[str] | None = None, pids: Iterable[int] | None = None,
-                 timeout_s: float = 2.0) -> list[int]:
+def stop_daemons(
+    *, namespaces: Iterable[str] | None = None, pids: Iterable[int] | None = None, timeout_s: float = 2.0
+) -> list[int]:
     """SIGTERM leftover daemons (of some namespaces, some pids, or all), SIGKILL after a wait."""
     live = daemons()
     chosen = set(live)
@@ -178,54 +206,82 @@ def corrupt_tcp(packet: bytes, rng: random.Random, *, fix_checksum: bool) -> byt
 def _checksum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
 
 
-def serve(queue: int, delay_ms: float, jitter_ms: float, corrupt: float, fix_checksum: bool, seed: int) -> int:
+class Stage:
+    """What the daemon does to each packet: hold it for the delay (a heap by due time),
+    flip a payload bit with the corruption probability, and keep its own statistics."""
+
+    def __init__(self, *, delay_ms: float, jitter_ms: float, corrupt: float, fix_checksum: bool, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.delay_s, self.jitter_s = delay_ms / 1e3, jitter_ms / 1e3
+        self.corrupt, self.fix_checksum = corrupt, fix_checksum
+        self.passthrough = self.delay_s == 0 and self.jitter_s == 0
+        self.held: list[tuple[float, int, Any]] = []  # (due, arrival order, packet): a heap
+        self.order = itertools.count()
+        self.packets = self.n_held = self.corrupted = self.released = 0
+        self.service_ns = self.service_max_ns = 0
+        self.late_sum_s = self.late_max_s = 0.0
+        self.t_start, self.cpu0 = time.monotonic(), _cpu_s()
+
+    def on_packet(self, pkt: Any) -> None:
+        t0 = time.perf_counter_ns()
+        self.packets += 1
+        if self.corrupt and self.rng.random() < self.corrupt:
+            mangled = corrupt_tcp(pkt.get_payload(), self.rng, fix_checksum=self.fix_checksum)
+            if mangled is not None:
+                pkt.set_payload(mangled)
+                self.corrupted += 1
+        if self.passthrough:
+            pkt.accept()
+        else:
+            due = time.monotonic() + max(0.0, self.delay_s + self.rng.uniform(-self.jitter_s, self.jitter_s))
+            heapq.heappush(self.held, (due, next(self.order), pkt))
+            self.n_held += 1
+        dt = time.perf_counter_ns() - t0
+        self.service_ns += dt
+        self.service_max_ns = max(self.service_max_ns, dt)
+
+    def next_due(self) -> float | None:
+        return self.held[0][0] if self.held else None
+
+    def release(self, until: float) -> None:
+        """Accept every held packet due by ``until``; lateness is the stage's error."""
+        while self.held and self.held[0][0] <= until:
+            due, _, pkt = heapq.heappop(self.held)
+            pkt.accept()
+            late = max(0.0, time.monotonic() - due)
+            self.released += 1
+            self.late_sum_s += late
+            self.late_max_s = max(self.late_max_s, late)
+
+    def stats(self, stopped_by: str) -> dict[str, Any]:
+        n = max(1, self.packets)
+        return {
+            "packets": self.packets,
+            "held": self.n_held,
+            "corrupted": self.corrupted,
+            "service_us_mean": round(self.service_ns / n / 1e3, 2),
+            "service_us_max": round(self.service_max_ns / 1e3, 1),
+            "late_ms_mean": round(self.late_sum_s / max(1, self.released) * 1e3, 3),
+            "late_ms_max": round(self.late_max_s * 1e3, 3),
+            "cpu_s": round(_cpu_s() - self.cpu0, 3),
+            "wall_s": round(time.monotonic() - self.t_start, 3),
+            "stopped_by": stopped_by,
+        }
+
+
+def serve(queue: int, stage: Stage) -> int:
     """The daemon's loop: bind, hold/corrupt/accept, release on time, flush on exit."""
     import warnings
 
     from netfilterqueue import COPY_META, COPY_PACKET, NetfilterQueue
 
     parent = os.getppid()
-    rng = random.Random(seed)
-    delay_s, jitter_s = delay_ms / 1e3, jitter_ms / 1e3
-    held: list[tuple[float, int, Any]] = []  # (due, arrival order, packet): a heap
-    order = itertools.count()
-    st = {"packets": 0, "held": 0, "corrupted": 0, "service_ns": 0, "service_max_ns": 0,
-          "late_sum_s": 0.0, "late_max_s": 0.0, "released": 0}
-    passthrough = delay_s == 0 and jitter_s == 0
-
-    def on_packet(pkt: Any) -> None:
-        t0 = time.perf_counter_ns()
-        st["packets"] += 1
-        if corrupt and rng.random() < corrupt:
-            mangled = corrupt_tcp(pkt.get_payload(), rng, fix_checksum=fix_checksum)
-            if mangled is not None:
-                pkt.set_payload(mangled)
-                st["corrupted"] += 1
-        if passthrough:
-            pkt.accept()
-        else:
-            due = time.monotonic() + max(0.0, delay_s + rng.uniform(-jitter_s, jitter_s))
-            heapq.heappush(held, (due, next(order), pkt))
-            st["held"] += 1
-        dt = time.perf_counter_ns() - t0
-        st["service_ns"] += dt
-        st["service_max_ns"] = max(st["service_max_ns"], dt)
-
-    def release(until: float) -> None:
-        while held and held[0][0] <= until:
-            due, _, pkt = heapq.heappop(held)
-            pkt.accept()
-            late = max(0.0, time.monotonic() - due)
-            st["released"] += 1
-            st["late_sum_s"] += late
-            st["late_max_s"] = max(st["late_max_s"], late)
-
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -235,35 +291,26 @@ def serve(queue: int, delay_ms: float, jitter_ms: float, corrupt: float, fix_che
     q = NetfilterQueue()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Socket rcvbuf limit" only says the kernel capped it
-        q.bind(queue, on_packet, max_len=8192, mode=COPY_PACKET if corrupt else COPY_META,
-               sock_len=8192 * 4096)
+        mode = COPY_PACKET if stage.corrupt else COPY_META
+        q.bind(queue, stage.on_packet, max_len=8192, mode=mode, sock_len=8192 * 4096)
     print("ready", flush=True)
     fd = q.get_fd()
-    t_start, cpu0 = time.monotonic(), _cpu_s()
     try:
         while not stopping["why"]:
-            wait = 0.2 if not held else min(0.2, max(0.0, held[0][0] - time.monotonic()))
+            due = stage.next_due()
+            wait = 0.2 if due is None else min(0.2, max(0.0, due - time.monotonic()))
             ready, _, _ = select.select([fd, wake_r], [], [], wait)
             if fd in ready:
                 q.run(block=False)
-            release(time.monotonic())
+            stage.release(time.monotonic())
             if os.getppid() != parent:
                 stopping["why"] = "parent gone"
     finally:
-        passthrough = True  # from now on everything that still arrives is accepted at once
-        release(float("inf"))
+        stage.passthrough = True  # from now on everything that still arrives is accepted at once
+        stage.release(float("inf"))
         q.run(block=False)
         q.unbind()
-    n = max(1, st["packets"])
-    print(json.dumps({
-        "packets": st["packets"], "held": st["held"], "corrupted": st["corrupted"],
-        "service_us_mean": round(st["service_ns"] / n / 1e3, 2),
-        "service_us_max": round(st["service_max_ns"] / 1e3, 1),
-        "late_ms_mean": round(st["late_sum_s"] / max(1, st["released"]) * 1e3, 3),
-        "late_ms_max": round(st["late_max_s"] * 1e3, 3),
-        "cpu_s": round(_cpu_s() - cpu0, 3), "wall_s": round(time.monotonic() - t_start, 3),
-        "stopped_by": stopping["why"],
-    }), flush=True)
+    print(json.dumps(stage.stats(stopping["why"])), flush=True)
     return 0
 
 
@@ -288,7 +335,14 @@ def main(argv: list[str]) -> int:
     if args.cmd == "stop-namespace":
         stop_daemons(namespaces=[args.namespace])
         return 0
-    return serve(args.queue, args.delay_ms, args.jitter_ms, args.corrupt, not args.keep_checksum, args.seed)
+    stage = Stage(
+        delay_ms=args.delay_ms,
+        jitter_ms=args.jitter_ms,
+        corrupt=args.corrupt,
+        fix_checksum=not args.keep_checksum,
+        seed=args.seed,
+    )
+    return serve(args.queue, stage)
 
 
 if __name__ == "__main__":

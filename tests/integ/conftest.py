@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench.procs.launcher import ProcessHost
 from bench.procs.hygiene import marked_pids
+from bench.procs.launcher import ProcessHost
 from bench.run.runner import RunReport, run
 from bench.scenario.loader import load
 
@@ -30,8 +30,7 @@ def run_scenario(host: ProcessHost, tmp_path: Path, write_scenario) -> Callable[
     """Run a scenario text for real; assert that only the run's infrastructure survives it."""
 
     def go(text: str, **kw: Any) -> RunReport:
-        report = run(load(write_scenario(text)), out=tmp_path / "results", host=host, progress=lambda _: None,
-                     **kw)
+        report = run(load(write_scenario(text)), out=tmp_path / "results", host=host, progress=lambda _: None, **kw)
         leftovers = set(marked_pids(host.run_id)) - host.infrastructure()
         assert not leftovers, f"processes left after the run: {sorted(leftovers)}"
         return report

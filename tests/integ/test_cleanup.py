@@ -39,8 +39,7 @@ PARTITIONED = LONG.replace('kind = "stall"', 'kind = "partition"')
 def network_leftovers() -> list[str]:
     """ftbench's namespaces, root links, firewall rules and qdiscs still present."""
     found = []
-    for argv in (["ip", "netns", "list"], ["ip", "-o", "link", "show"], ["iptables-save"],
-                 ["tc", "qdisc", "show"]):
+    for argv in (["ip", "netns", "list"], ["ip", "-o", "link", "show"], ["iptables-save"], ["tc", "qdisc", "show"]):
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
         found += [f"{argv[0]}: {line.strip()}" for line in out.splitlines() if "ftb" in line]
     return found
@@ -54,9 +53,9 @@ def test_sigkill_of_the_harness_mid_trial_leaves_nothing(tmp_path: Path, write_s
 @pytest.mark.root
 @pytest.mark.timeout(120)
 def test_sigkill_of_the_harness_during_a_partition_leaves_no_network_state(tmp_path: Path, write_scenario) -> None:
-    from injectors.link import netns
+    from injectors.link import system
 
-    reason = netns.available()
+    reason = system.available()
     if reason:
         pytest.skip(f"link faults need network namespaces: {reason}")
     kill_harness_mid_fault(tmp_path, write_scenario(PARTITIONED))
@@ -69,8 +68,11 @@ def test_sigkill_of_the_harness_during_a_partition_leaves_no_network_state(tmp_p
 def kill_harness_mid_fault(tmp_path: Path, scenario: Path) -> None:
     """Start a run, SIGKILL its harness while the fault is active, expect no process left."""
     before = set(marked())
-    harness = subprocess.Popen([sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         run_pids: set[int] = set()
@@ -120,8 +122,12 @@ deadline_s = 60
 def test_interrupt_keeps_finished_trials_and_resume_completes_the_run(tmp_path: Path, write_scenario) -> None:
     scenario = write_scenario(SHORT)
     before = set(marked())
-    harness = subprocess.Popen([sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     rows: list[Path] = []
     while time.monotonic() < deadline and not rows:
@@ -138,8 +144,9 @@ def test_interrupt_keeps_finished_trials_and_resume_completes_the_run(tmp_path: 
     assert '"status": "interrupted"' in run_dir.joinpath("run.json").read_text()
     assert not [p for p in marked() if p not in before and alive(p)], "an interrupted run leaves no process"
 
-    done = subprocess.run([sys.executable, "-m", "bench", "run", "--resume", str(run_dir)], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--resume", str(run_dir)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     lines = run_dir.joinpath("trials.jsonl").read_text().splitlines()
     assert len(lines) == 6, "resume runs exactly the trials that were missing"

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def ftbench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.timeout(300)
@@ -35,8 +36,9 @@ def test_ci_stall_scenario_passes_its_service_levels(tmp_path: Path) -> None:
     suite = ET.parse(junit).getroot()
     assert int(suite.attrib["tests"]) == 4 and suite.attrib["failures"] == "0" and suite.attrib["errors"] == "0"
     # the same run against itself as a baseline: 3 trials are too few to compare (exit 2, not a pass)
-    self_gate = ftbench("gate", str(tmp_path / "ci-stall-slo"), "--baseline", str(tmp_path / "ci-stall-slo"),
-                        "--no-slo", timeout=60)
+    self_gate = ftbench(
+        "gate", str(tmp_path / "ci-stall-slo"), "--baseline", str(tmp_path / "ci-stall-slo"), "--no-slo", timeout=60
+    )
     assert self_gate.returncode == 2, self_gate.stdout + self_gate.stderr
 
 
@@ -73,9 +75,26 @@ def test_pytest_plugin_runs_a_scenario_into_pytest_benchmark(tmp_path: Path) -> 
     scenario.write_text(KILL.format())
     (tmp_path / "test_user.py").write_text(USER_TEST.format(scenario=str(scenario)))
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           "--rootdir", str(tmp_path), "test_user.py", f"--benchmark-json={out}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "--rootdir",
+            str(tmp_path),
+            "test_user.py",
+            f"--benchmark-json={out}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (bench,) = json.loads(out.read_text())["benchmarks"]
     assert bench["stats"]["rounds"] == 2 and bench["extra_info"]["outcomes"] == {"recovered": 2}

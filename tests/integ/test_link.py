@@ -33,8 +33,9 @@ from pathlib import Path
 import pytest
 
 from injectors import undo
-from injectors.link import faults as link, netns, netprobe, nfqueue
 from injectors.base import Target
+from injectors.link import faults as link
+from injectors.link import netns, netprobe, nfqueue, system, teardown
 
 pytestmark = [pytest.mark.integ, pytest.mark.root]
 RUN = f"linktest-{uuid.uuid4().hex[:8]}"
@@ -47,7 +48,7 @@ def _sh(*argv: str) -> str:
 
 def leftovers(tag: str) -> list[str]:
     """Everything of topology ``tag`` still visible from the root namespace."""
-    found = [f"netns {n}" for n in netns.namespaces() if n.startswith(f"ftb-{tag}-")]
+    found = [f"netns {n}" for n in system.namespaces() if n.startswith(f"ftb-{tag}-")]
     found += [f"link {line}" for line in _sh("ip", "-o", "link", "show").splitlines() if f"ftb{tag}" in line]
     found += [f"iptables {line}" for line in _sh("iptables-save").splitlines() if "ftb" in line]
     found += [f"qdisc {line}" for line in _sh("tc", "qdisc", "show").splitlines() if f"ftb{tag}" in line]
@@ -62,7 +63,7 @@ def new_tag() -> str:
 
 @pytest.fixture(autouse=True)
 def _needs_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
-    reason = netns.available()
+    reason = system.available()
     if reason:
         pytest.skip(reason)
     monkeypatch.setenv("FTBENCH_RUN", RUN)
@@ -121,6 +122,7 @@ def connect(topo: netns.Topology, srv: netprobe.Server, timeout_s: float) -> str
             return "ok"
         except OSError as exc:
             return type(exc).__name__
+
     return netns.run_in(topo.hosts[1].namespace, go)
 
 
@@ -129,6 +131,7 @@ def open_echo(topo: netns.Topology, srv: netprobe.Server) -> socket.socket:
         s = socket.create_connection((topo.hosts[0].address, srv.port), timeout=5)
         s.sendall(b'{"op": "echo"}\n')
         return s
+
     return netns.run_in(topo.hosts[1].namespace, go)
 
 
@@ -143,8 +146,11 @@ def echo(s: socket.socket, timeout_s: float) -> str:
 
 def snmp(ns: str, proto: str, name: str) -> int:
     """A counter of /proc/net/snmp as seen inside ``ns`` (e.g. Tcp RetransSegs)."""
-    lines = [line.split() for line in _sh("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").splitlines()
-             if line.startswith(f"{proto}:")]
+    lines = [
+        line.split()
+        for line in _sh("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").splitlines()
+        if line.startswith(f"{proto}:")
+    ]
     return int(lines[1][lines[0].index(name)])
 
 
@@ -160,9 +166,9 @@ def clean_inside(ns: str) -> None:
 
 # -- the topology ---------------------------------------------------------------------
 
+
 @pytest.mark.timeout(30)
-def test_every_host_is_reachable_from_root_and_from_its_peers(topo: netns.Topology,
-                                                              server: netprobe.Server) -> None:
+def test_every_host_is_reachable_from_root_and_from_its_peers(topo: netns.Topology, server: netprobe.Server) -> None:
     assert ipaddress.ip_network(topo.subnet).subnet_of(netns.BENCH_NET)
     assert all(len(h.port) <= 15 for h in topo.hosts) and len(topo.root_ifname) <= 15
     assert "LOOPBACK,UP" in _sh("ip", "-n", topo.hosts[1].namespace, "link", "show", "lo")
@@ -178,8 +184,11 @@ def test_two_topologies_never_share_a_subnet() -> None:
     try:
         subnets = list(netns.BENCH_NET.subnets(new_prefix=24))
         want = subnets.index(ipaddress.ip_network(first.subnet))
-        same = next(t for t in (f"c{i}" for i in range(1_000_000))
-                    if int(hashlib.sha256(t.encode()).hexdigest(), 16) % len(subnets) == want)
+        same = next(
+            t
+            for t in (f"c{i}" for i in range(1_000_000))
+            if int(hashlib.sha256(t.encode()).hexdigest(), 16) % len(subnets) == want
+        )
         second = netns.Topology.create(same, 1)  # its tag hashes onto the first one's /24
         try:
             assert second.subnet != first.subnet
@@ -193,10 +202,12 @@ def test_two_topologies_never_share_a_subnet() -> None:
 
 # -- faults that cut the link ---------------------------------------------------------
 
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("fault", [link.Partition, link.LinkDown])
-def test_partition_and_link_down_block_traffic_until_undone(topo: netns.Topology, server: netprobe.Server,
-                                                            fault: type[link.LinkFault]) -> None:
+def test_partition_and_link_down_block_traffic_until_undone(
+    topo: netns.Topology, server: netprobe.Server, fault: type[link.LinkFault]
+) -> None:
     conn = open_echo(topo, server)
     try:
         assert echo(conn, 2) == "ok"
@@ -242,6 +253,7 @@ def test_tcp_reset_gives_the_peer_econnreset_at_once(topo: netns.Topology, serve
 
 # -- faults that degrade it -----------------------------------------------------------
 
+
 @pytest.mark.timeout(45)
 def test_loss_drops_its_share_of_wire_packets_and_tcp_still_delivers(wire_topo: netns.Topology) -> None:
     """20 % of the wire packets into h0 are lost: the rule's count says so, the sender
@@ -258,8 +270,11 @@ def test_loss_drops_its_share_of_wire_packets_and_tcp_still_delivers(wire_topo: 
             f = link.Loss(percent=20, duration_s=1)
             details = f.inject(victim(topo))
             try:
-                before = (retransmits(h1.namespace), snmp(h1.namespace, "Tcp", "OutSegs"),
-                          snmp(h0.namespace, "Ip", "InReceives"))
+                before = (
+                    retransmits(h1.namespace),
+                    snmp(h1.namespace, "Tcp", "OutSegs"),
+                    snmp(h0.namespace, "Ip", "InReceives"),
+                )
                 got = send(topo, srv, 1 << 20)
                 resent += retransmits(h1.namespace) - before[0]
                 sent += snmp(h1.namespace, "Tcp", "OutSegs") - before[1]
@@ -271,8 +286,10 @@ def test_loss_drops_its_share_of_wire_packets_and_tcp_still_delivers(wire_topo: 
             lossy_s += got["client_seconds"]
             if details["mechanism"] == "iptables-statistic-drop":
                 dropped += int(next(line for line in counters.splitlines() if "ftb-loss" in line).split()[0])
-    print(f"loss 20 %: dropped {dropped}/{arrived} arriving, resent {resent}/{sent} segments, {rounds} x 1 MiB "
-          f"took {lossy_s:.3f} s vs {rounds * min(clean):.3f} s clean")
+    print(
+        f"loss 20 %: dropped {dropped}/{arrived} arriving, resent {resent}/{sent} segments, {rounds} x 1 MiB "
+        f"took {lossy_s:.3f} s vs {rounds * min(clean):.3f} s clean"
+    )
     assert details["mechanism"] == ("netem-loss" if link.netem_available() else "iptables-statistic-drop")
     if dropped:  # iptables: the rule's own count against what reached h0's IP layer
         assert 0.14 < dropped / arrived < 0.26, (dropped, arrived)
@@ -296,8 +313,7 @@ def test_rate_limit_holds_throughput_near_the_cap(topo: netns.Topology, server: 
 
 
 @pytest.mark.timeout(30)
-def test_delay_raises_rtt_by_the_delay_and_jitter_spreads_it(topo: netns.Topology,
-                                                             server: netprobe.Server) -> None:
+def test_delay_raises_rtt_by_the_delay_and_jitter_spreads_it(topo: netns.Topology, server: netprobe.Server) -> None:
     base = statistics.median(rtts(topo, server))
     f = link.Delay(delay_ms=50, duration_s=1)
     details = f.inject(victim(topo))
@@ -402,13 +418,16 @@ def test_a_leftover_queue_daemon_is_named_and_nothing_is_half_applied(topo: netn
 def test_unavailable_mechanisms_say_why_instead_of_faking_it() -> None:
     if link.netem_available():
         pytest.skip("this kernel has netem")
-    for f in (link.Loss(percent=1, duration_s=1, mechanism="netem"),
-              link.Delay(delay_ms=5, duration_s=1, mechanism="netem")):
+    for f in (
+        link.Loss(percent=1, duration_s=1, mechanism="netem"),
+        link.Delay(delay_ms=5, duration_s=1, mechanism="netem"),
+    ):
         assert "netem is not available" in (f.unavailable() or "")
-        with pytest.raises(netns.Unavailable, match="netem"):
+        with pytest.raises(system.Unavailable, match="netem"):
             f.inject(Target(ranks=(0,), pids=(), namespaces=("ftb-none-h0",)))
-    assert "recompute the TCP checksum" in (link.Corrupt(percent=1, duration_s=1, mechanism="netem").unavailable()
-                                            or "")
+    assert "recompute the TCP checksum" in (
+        link.Corrupt(percent=1, duration_s=1, mechanism="netem").unavailable() or ""
+    )
     assert link.Loss(percent=1, duration_s=1).mechanism() == "iptables-statistic-drop"
     with pytest.raises(ValueError, match="namespaces"):
         link.Partition(duration_s=1).inject(Target(ranks=(0,), pids=()))
@@ -435,8 +454,9 @@ def test_sigkilled_creator_leaves_nothing_after_undo_all_and_cleanup_all() -> No
     tag, run = new_tag(), f"{RUN}-killed"
     stage = "nfqueue" if not nfqueue.available() else "netem"
     env = {**os.environ, "FTBENCH_RUN": run, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED, tag, stage], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED, tag, stage], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", proc.stderr.read()
         assert len(undo.pending(run)) >= 5  # topology, daemon, NFQUEUE rule, 2 tbf, 2 DROP rules
@@ -444,19 +464,22 @@ def test_sigkilled_creator_leaves_nothing_after_undo_all_and_cleanup_all() -> No
         proc.wait(timeout=10)
         assert leftovers(tag)  # the creator did not clean up: it was killed
         deadline = time.monotonic() + 3
-        while stage == "nfqueue" and time.monotonic() < deadline and any(
-                f"ftb-{tag}-" in ns for ns in nfqueue.daemons().values()):
+        while (
+            stage == "nfqueue"
+            and time.monotonic() < deadline
+            and any(f"ftb-{tag}-" in ns for ns in nfqueue.daemons().values())
+        ):
             time.sleep(0.05)
         assert not [ns for ns in nfqueue.daemons().values() if f"ftb-{tag}-" in ns], "daemon outlived its parent"
         reverted = undo.undo_all(run)
-        removed = netns.cleanup_all(tag=tag)
+        removed = teardown.cleanup_all(tag=tag)
         assert reverted and leftovers(tag) == [] and undo.pending(run) == [], (reverted, removed)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
         undo.undo_all(run)
-        netns.cleanup_all(tag=tag)
+        teardown.cleanup_all(tag=tag)
 
 
 @pytest.mark.timeout(30)
@@ -468,19 +491,21 @@ def test_cleanup_all_removes_what_a_killed_run_left_without_records() -> None:
         f.inject(Target(ranks=(0,), pids=(), namespaces=(t.hosts[0].namespace,)))
         for path, _, _ in f._steps:
             undo.forget(path)
-    chain, rule = f"ftb{t.tag}c", ["-s", "198.19.255.255/32", "-m", "comment", "--comment", f"ftb-{t.tag}", "-j",
-                                   "DROP"]
+    chain, rule = (
+        f"ftb{t.tag}c",
+        ["-s", "198.19.255.255/32", "-m", "comment", "--comment", f"ftb-{t.tag}", "-j", "DROP"],
+    )
     subprocess.run(["iptables", "-w", "5", "-N", chain], check=True, timeout=15)
     subprocess.run(["iptables", "-w", "5", "-A", "INPUT", *rule], check=True, timeout=15)
     try:
         assert leftovers(t.tag)
-        removed = netns.cleanup_all(tag=t.tag)
+        removed = teardown.cleanup_all(tag=t.tag)
         assert any(r.startswith("namespace") for r in removed) and any("chain" in r for r in removed)
         assert leftovers(t.tag) == []
     finally:
         subprocess.run(["iptables", "-w", "5", "-D", "INPUT", *rule], capture_output=True, timeout=15)
         subprocess.run(["iptables", "-w", "5", "-X", chain], capture_output=True, timeout=15)
-        netns.cleanup_all(tag=t.tag)
+        teardown.cleanup_all(tag=t.tag)
         f.undo()  # harmless after cleanup_all (its namespace is gone); reaps the daemon we started
 
 
@@ -509,8 +534,13 @@ def test_ctrl_c_of_the_creator_undoes_everything_by_itself() -> None:
     tag, run = new_tag(), f"{RUN}-interrupted"
     stage = "nfqueue" if not nfqueue.available() else "netem"
     env = {**os.environ, "FTBENCH_RUN": run, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED, tag, stage], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED, tag, stage],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", proc.stderr.read()
         os.killpg(proc.pid, signal.SIGINT)
@@ -522,4 +552,4 @@ def test_ctrl_c_of_the_creator_undoes_everything_by_itself() -> None:
             proc.kill()
             proc.wait(timeout=10)
         undo.undo_all(run)
-        netns.cleanup_all(tag=tag)
+        teardown.cleanup_all(tag=tag)

@@ -1,6 +1,6 @@
 """Link faults under real training, in real network namespaces (root only).
 
-First principles (FACTS.md): a blackholed peer is noticed only at the process-group
+First principles (docs/facts.md): a blackholed peer is noticed only at the process-group
 timeout; a TCP reset reaches a direct peer at once; 1% loss costs retransmissions but
 breaks nothing, so nobody detects it; a bandwidth cap bounds how fast a step can move
 its gradients.
@@ -40,9 +40,9 @@ deadline_s = 60
 
 @pytest.fixture(autouse=True)
 def namespaces_available() -> None:
-    from injectors.link import netns
+    from injectors.link import system
 
-    reason = netns.available()
+    reason = system.available()
     if reason:
         pytest.skip(f"link faults need network namespaces: {reason}")
 
@@ -88,8 +88,9 @@ def test_a_bandwidth_cap_bounds_the_step_time(run_scenario) -> None:
     # A step moves every gradient byte through the capped link at least once each way:
     # at 20 Mbit/s the ~68 KB of this model's gradients take >= 27 ms, several times the
     # fault-free step. Deterministic, unlike loss.
-    (r,) = rows(run_scenario(BASE.format(steps=300, wire="false",
-                                         fault='kind = "rate_limit"\nrate_mbit = 20\nduration_s = 3')))
+    (r,) = rows(
+        run_scenario(BASE.format(steps=300, wire="false", fault='kind = "rate_limit"\nrate_mbit = 20\nduration_s = 3'))
+    )
     assert r["outcome"] == "absorbed", r
     assert r["degraded_step_ratio"] * r["ff_step_s"] >= 0.027, r
     assert not leftovers()

@@ -5,7 +5,7 @@ Bounds come from the mechanisms, not from one machine's figures: with
 still heartbeating), the lighthouse issues the survivors' quorum after the join timeout
 plus at most a quorum tick, so they usually commit again well under a second after the
 death. Not always: a survivor that was waiting on the *other survivor* inside gloo when
-the peer died is not told (FACTS.md) and sits in its process-group timeout, and the lone
+the peer died is not told (docs/facts.md) and sits in its process-group timeout, and the lone
 other survivor is no majority, so that trial resumes after ``pg_timeout_s``. Hence the
 median, not every trial, is held to the sub-second bound. The replacement, started
 after ``restart_delay_s``, heals from a live peer over HTTP.
@@ -73,8 +73,11 @@ def test_kill_one_of_three_replica_groups_recovers_and_heals(run_scenario) -> No
     versions = info["strategy_versions"]["torchft"]
     assert versions["torchft"] and versions["torchft_ddp_workaround"] in (True, False)
     # The lighthouse ran in a process of its own, and is gone with the trial.
-    lighthouses = [json.loads(line) for p in report.rundir.path.glob("events/*/*/lighthouse-*.jsonl")
-                   for line in p.read_text().splitlines()]
+    lighthouses = [
+        json.loads(line)
+        for p in report.rundir.path.glob("events/*/*/lighthouse-*.jsonl")
+        for line in p.read_text().splitlines()
+    ]
     pids = {e["pid"] for e in lighthouses if e["event"] == "proc_start"}
     assert len(pids) == 3 and not any(alive(p) for p in pids)
     assert any(e["event"] == "quorum" and e["world_size"] == 2 for e in lighthouses)

@@ -27,8 +27,15 @@ def trial(ttd: float | None, ttr: float | None = None, outcome: str | None = Non
     if ttd is not None:
         row["phase_detect_s"] = ttd
     if ttd is not None and ttr is not None:
-        row.update(ttr_s=ttr, downtime_s=ttd + ttr, steps_lost=0.0, degraded_step_ratio=1.2,
-                   phase_isolate_s=ttr * 0.5, phase_reconfigure_s=ttr * 0.2, phase_catchup_s=ttr * 0.3)
+        row.update(
+            ttr_s=ttr,
+            downtime_s=ttd + ttr,
+            steps_lost=0.0,
+            degraded_step_ratio=1.2,
+            phase_isolate_s=ttr * 0.5,
+            phase_reconfigure_s=ttr * 0.2,
+            phase_catchup_s=ttr * 0.3,
+        )
     row.update(extra)
     return row
 
@@ -37,9 +44,19 @@ def point_hash(label: str, salt: str = "") -> str:
     return hashlib.sha256(f"{label}|{salt}".encode()).hexdigest()
 
 
-def write_run(root: Path, name: str, points: dict[str, list[dict[str, Any]]], *, salt: str = "",
-              strategy: str = "reinit", gate: dict[str, Any] | None = None, versions: dict[str, Any] | None = None,
-              config: dict[str, Any] | None = None, steps: bool = False, reference: bool = False) -> Path:
+def write_run(
+    root: Path,
+    name: str,
+    points: dict[str, list[dict[str, Any]]],
+    *,
+    salt: str = "",
+    strategy: str = "reinit",
+    gate: dict[str, Any] | None = None,
+    versions: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    steps: bool = False,
+    reference: bool = False,
+) -> Path:
     """A run of scenario ``name`` with the given trials per point label.
 
     ``salt`` changes every point hash (the same scenario with another knob); ``config``
@@ -52,13 +69,36 @@ def write_run(root: Path, name: str, points: dict[str, list[dict[str, Any]]], *,
     for label, trials in points.items():
         h = point_hash(label, salt)
         strat = label.split("=", 1)[1] if label.startswith("strategy=") else strategy
-        pts.append({"point_hash": h, "label": label, "values": {},
-                    "config": {"workload": {"world_size": 4}, "recovery": {"strategy": strat}, **(config or {})}})
+        pts.append(
+            {
+                "point_hash": h,
+                "label": label,
+                "values": {},
+                "config": {"workload": {"world_size": 4}, "recovery": {"strategy": strat}, **(config or {})},
+            }
+        )
         for i, t in enumerate(trials):
-            rows.append({"point_hash": h, "label": label, "strategy": strat, "workload": "ddp", "backend": "gloo",
-                         "world_size": 4, "trial": i, "seed": 0, "reference": False, "fault_index": 0,
-                         "fault": "kill", "target": "2", **t, "error": "", "ff_step_s": 0.01, "steps_done": 20,
-                         "trial_wall_s": 1.0})
+            rows.append(
+                {
+                    "point_hash": h,
+                    "label": label,
+                    "strategy": strat,
+                    "workload": "ddp",
+                    "backend": "gloo",
+                    "world_size": 4,
+                    "trial": i,
+                    "seed": 0,
+                    "reference": False,
+                    "fault_index": 0,
+                    "fault": "kill",
+                    "target": "2",
+                    **t,
+                    "error": "",
+                    "ff_step_s": 0.01,
+                    "steps_done": 20,
+                    "trial_wall_s": 1.0,
+                }
+            )
             if steps:
                 _write_trial_logs(path, h, label, i, t)
         if steps and reference:
@@ -73,22 +113,48 @@ def write_run(root: Path, name: str, points: dict[str, list[dict[str, Any]]], *,
         for r in rows:
             w.writerow({k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v for k, v in r.items()})
     info = {
-        "suite": "ftbench", "version": "0.1.0", "commit": f"abc{salt}", "created": "2026-12-02T12:00:00Z",
-        "command": ["ftbench", "run", name], "status": "complete", "trials": max(map(len, points.values())),
+        "suite": "ftbench",
+        "version": "0.1.0",
+        "commit": f"abc{salt}",
+        "created": "2026-12-02T12:00:00Z",
+        "command": ["ftbench", "run", name],
+        "status": "complete",
+        "trials": max(map(len, points.values())),
         "clock": {"implementation": "clock_gettime(CLOCK_MONOTONIC)", "resolution_s": 1e-9},
         "knobs": {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         "versions": versions or {"torch": "2.13.0", "python": "3.11.7"},
         "machine": {"hostname": "ci", "cpus": 2, "machine": "x86_64", "platform": "Linux-6-x86_64"},
-        "scenario": {"name": name, "description": "", "source": f"{name}.toml",
-                     "raw": {"name": name, **({"gate": gate} if gate else {})}, "sweep": {}},
+        "scenario": {
+            "name": name,
+            "description": "",
+            "source": f"{name}.toml",
+            "raw": {"name": name, **({"gate": gate} if gate else {})},
+            "sweep": {},
+        },
         "points": pts,
     }
     (path / "run.json").write_text(json.dumps(info, indent=2))
     return path
 
 
-STEP_COLUMNS = ("point_hash", "label", "trial", "reference", "rank", "pid", "gen", "step", "t_s", "step_s",
-                "world_size", "group_rank", "loss", "loss_share", "algbw_gbps", "busbw_gbps")
+STEP_COLUMNS = (
+    "point_hash",
+    "label",
+    "trial",
+    "reference",
+    "rank",
+    "pid",
+    "gen",
+    "step",
+    "t_s",
+    "step_s",
+    "world_size",
+    "group_rank",
+    "loss",
+    "loss_share",
+    "algbw_gbps",
+    "busbw_gbps",
+)
 
 
 def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any], is_reference: bool = False) -> None:
@@ -99,13 +165,31 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
     t_inject = 0.5
     for step in range(1, 11):
         for rank in range(4):
-            events.append({"t": int((0.4 + step * 0.01) * ns), "event": "step_end", "src": "rank", "rank": rank,
-                           "step": step, "gen": 0, "step_s": 0.01})
+            events.append(
+                {
+                    "t": int((0.4 + step * 0.01) * ns),
+                    "event": "step_end",
+                    "src": "rank",
+                    "rank": rank,
+                    "step": step,
+                    "gen": 0,
+                    "step_s": 0.01,
+                }
+            )
             step_rows.append((rank, 0, step, 0.4 + step * 0.01, 1.0 / step))
     resume = t_inject
     if not is_reference and t.get("ttd_s") is not None:
-        events.append({"t": int(t_inject * ns), "event": "inject", "src": "harness", "fault": 0, "kind": "kill",
-                       "ranks": [2], "step": 10})
+        events.append(
+            {
+                "t": int(t_inject * ns),
+                "event": "inject",
+                "src": "harness",
+                "fault": 0,
+                "kind": "kill",
+                "ranks": [2],
+                "step": 10,
+            }
+        )
         t_detect = t_inject + t["ttd_s"]
         events.append({"t": int(t_detect * ns), "event": "detect", "src": "rank", "rank": 0})
         resume = t_detect + (t.get("ttr_s") or 0.0)
@@ -116,8 +200,17 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
                 t_s = resume + (step - 11) * 0.01
                 loss = 1.0 / step + (0 if is_reference else 1e-3)
                 step_rows.append((rank, 0 if is_reference else 1, step, t_s, loss))
-                events.append({"t": int(t_s * ns), "event": "step_end", "src": "rank", "rank": rank, "step": step,
-                               "gen": 0 if is_reference else 1, "step_s": 0.01})
+                events.append(
+                    {
+                        "t": int(t_s * ns),
+                        "event": "step_end",
+                        "src": "rank",
+                        "rank": rank,
+                        "step": step,
+                        "gen": 0 if is_reference else 1,
+                        "step_s": 0.01,
+                    }
+                )
     trial_dir = path / "events" / h[:12] / ("reference" if is_reference else str(i))
     trial_dir.mkdir(parents=True, exist_ok=True)
     with open(trial_dir / "harness.jsonl", "w") as fh:
@@ -129,5 +222,23 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
         if new:
             w.writerow(STEP_COLUMNS)
         for rank, gen, step, t_s, loss in step_rows:
-            w.writerow([h, label, 0 if is_reference else i, is_reference, rank, 1000 + rank, gen, step, t_s, 0.01, 4,
-                        rank, loss, loss / 4, "", ""])
+            w.writerow(
+                [
+                    h,
+                    label,
+                    0 if is_reference else i,
+                    is_reference,
+                    rank,
+                    1000 + rank,
+                    gen,
+                    step,
+                    t_s,
+                    0.01,
+                    4,
+                    rank,
+                    loss,
+                    loss / 4,
+                    "",
+                    "",
+                ]
+            )

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from bench.cli import cli
 from bench.results import compare as cmp
 from bench.results import gate as gt
-from bench.cli import cli
-from bench.scenario.config import ConfigError
 from bench.results.reader import load, save_baseline
+from bench.scenario.config import ConfigError
 from bench.scenario.model import GateSpec, SLOSpec
 from tests.unit.runfactory import trial, write_run
 
-FAST = [0.010 + 0.001 * i for i in range(8)]   # 10-17 ms
-SLOW = [0.050 + 0.001 * i for i in range(8)]   # 50-57 ms: 5x slower, every value above every FAST one
+FAST = [0.010 + 0.001 * i for i in range(8)]  # 10-17 ms
+SLOW = [0.050 + 0.001 * i for i in range(8)]  # 50-57 ms: 5x slower, every value above every FAST one
 
 
 def opts(**kw) -> cmp.GateOptions:
@@ -128,8 +128,7 @@ def test_run_differences_name_the_knob(tmp_path: Path) -> None:
 def test_slo_checks_every_trial(tmp_path: Path) -> None:
     path = write_run(tmp_path, "ci", {"ci": [trial(5.02, 0.53), trial(5.03, 0.52), trial(5.01, 0.55)]})
     r = load(path)
-    ok = gt.check_slos(r, [SLOSpec(metric="ttd_s", stat="max", max=5.5), SLOSpec(metric="ttd_s", stat="min",
-                                                                                  min=4.9)])
+    ok = gt.check_slos(r, [SLOSpec(metric="ttd_s", stat="max", max=5.5), SLOSpec(metric="ttd_s", stat="min", min=4.9)])
     assert [s.ok for s in ok] == [True, True] and ok[0].value == 5.03 and ok[0].n == 3
     bad = gt.check_slos(r, [SLOSpec(metric="ttr_s", stat="p95", max=0.54)])
     assert not bad[0].ok
@@ -153,8 +152,12 @@ def test_options_come_from_the_scenario_and_are_checked() -> None:
 
 def test_junit_xml(tmp_path: Path) -> None:
     base, cand = load(run(tmp_path, FAST, "a")), load(run(tmp_path, SLOW, "b"))
-    result = gt.gate(cand, opts(), base=base, slos=[SLOSpec(metric="ttd_s", stat="max", max=1.0),
-                                                        SLOSpec(metric="ttd_s", stat="min", min=1.0)])
+    result = gt.gate(
+        cand,
+        opts(),
+        base=base,
+        slos=[SLOSpec(metric="ttd_s", stat="max", max=1.0), SLOSpec(metric="ttd_s", stat="min", min=1.0)],
+    )
     root = ET.fromstring(gt.junit_xml(result))
     assert root.attrib["tests"] == "3" and root.attrib["failures"] == "2"
     cases = root.findall(".//testcase")
@@ -165,8 +168,9 @@ def test_junit_xml(tmp_path: Path) -> None:
 def test_cli_gate_demo_and_self(tmp_path: Path) -> None:
     base, cand = run(tmp_path, FAST, "a"), run(tmp_path, SLOW, "b")
     junit = tmp_path / "out" / "junit.xml"
-    r = CliRunner().invoke(cli, ["gate", str(cand), "--baseline", str(base), "--metric", "ttd_s",
-                                 "--junit", str(junit)])
+    r = CliRunner().invoke(
+        cli, ["gate", str(cand), "--baseline", str(base), "--metric", "ttd_s", "--junit", str(junit)]
+    )
     assert r.exit_code == 1, r.output
     assert "+" in r.output and "REGRESSION in demo [ttd_s]" in r.output
     assert ET.parse(junit).getroot().attrib["failures"] == "1"

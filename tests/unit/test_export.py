@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench.results import export
 from bench.cli import cli
+from bench.results import export
 from bench.results.reader import load
 from bench.results.stats import median
 from tests.unit.runfactory import trial, write_run
@@ -22,14 +22,27 @@ TTR = [0.040, 0.041, 0.045, 0.043, 0.042, 0.044, 0.090]
 
 
 def sweep_run(tmp_path: Path, salt: str = "") -> Path:
-    return write_run(tmp_path, "kill", {
-        "strategy=failstop": [trial(t) for t in TTD],
-        "strategy=reinit": [trial(t, r) for t, r in zip(TTD, TTR)],
-    }, salt=salt)
+    return write_run(
+        tmp_path,
+        "kill",
+        {
+            "strategy=failstop": [trial(t) for t in TTD],
+            "strategy=reinit": [trial(t, r) for t, r in zip(TTD, TTR, strict=True)],
+        },
+        salt=salt,
+    )
 
 
-@pytest.mark.parametrize("data", [[1.0], [3.0, 1.0], [1.0, 2.0, 3.0, 10.0, 4.0],
-                                  [0.5, 0.1, 0.3, 0.9, 0.2, 0.25, 4.0], list(map(float, range(1, 12)))])
+@pytest.mark.parametrize(
+    "data",
+    [
+        [1.0],
+        [3.0, 1.0],
+        [1.0, 2.0, 3.0, 10.0, 4.0],
+        [0.5, 0.1, 0.3, 0.9, 0.2, 0.25, 4.0],
+        list(map(float, range(1, 12))),
+    ],
+)
 def test_stats_equal_pytest_benchmarks_own(data: list[float]) -> None:
     stats_mod = pytest.importorskip("pytest_benchmark.stats")
     theirs = stats_mod.Stats()
@@ -59,8 +72,23 @@ def test_pytest_benchmark_compare_reads_the_export(tmp_path: Path) -> None:
     b = tmp_path / "0002_cand.json"
     export.write(load(sweep_run(tmp_path / "a")), "pytest-benchmark", a)
     export.write(load(sweep_run(tmp_path / "b", salt="x")), "pytest-benchmark", b)
-    proc = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", str(a), str(b), "--group-by",
-                           "name", "--columns", "min,median,max,rounds"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_benchmark",
+            "compare",
+            str(a),
+            str(b),
+            "--group-by",
+            "name",
+            "--columns",
+            "min,median,max,rounds",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     rows = [line for line in out.splitlines() if line.startswith("ttr_s[strategy=reinit] (")]
@@ -106,7 +134,7 @@ def test_cli_export(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--format" in r.stderr
 
 
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 def test_recorded(ftbench_scenario):
     result = ftbench_scenario.record({run!r}, metric="ttr_s", point="strategy=reinit")
     assert result.outcomes() == {{"recovered": 7}}
@@ -120,14 +148,30 @@ def test_needs_a_point(ftbench_scenario):
         assert "strategy=failstop, strategy=reinit" in str(err)
     else:
         raise AssertionError("several points and no point= must be refused")
-'''
+"""
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A separate pytest session that loads the plugin through its pytest11 entry point."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           "--rootdir", str(tmp_path), *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "--rootdir",
+            str(tmp_path),
+            *args,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_pytest_plugin_stores_figures_in_pytest_benchmark(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.scenario.config import ConfigError
 from bench.results.events import EventWriter, read_events
-from bench.scenario.loader import load
 from bench.run.schedule import ScheduledFault, TrialState
+from bench.scenario.config import ConfigError
+from bench.scenario.loader import load
 
 BASE = """
 [workload]
@@ -28,8 +28,7 @@ trigger = {trigger}
 """
 
 
-def scenario(write_scenario, *, kind="kill", params="", target="{ ranks = [1] }", trigger="{ at_step = 10 }",
-             rph=1):
+def scenario(write_scenario, *, kind="kill", params="", target="{ ranks = [1] }", trigger="{ at_step = 10 }", rph=1):
     return load(write_scenario(BASE.format(kind=kind, params=params, target=target, trigger=trigger, rph=rph)))
 
 
@@ -43,8 +42,11 @@ def scenario(write_scenario, *, kind="kill", params="", target="{ ranks = [1] }"
         (dict(target="{ host = 0 }", rph=4), "faults.0.target.host", "more than one host"),
         (dict(rph=3), "launch.ranks_per_host", "a divisor"),
         (dict(target='{ component = "dns" }'), "faults.0.target.component", "'store'"),
-        (dict(kind="hang", params="duration_s = 1", target='{ component = "store" }'),
-         "faults.0.target.component", "acts on ranks"),
+        (
+            dict(kind="hang", params="duration_s = 1", target='{ component = "store" }'),
+            "faults.0.target.component",
+            "acts on ranks",
+        ),
         (dict(trigger="{ at_step = 5, count = 2 }"), "faults.0.trigger.count", "1 with at_step"),
         (dict(trigger="{ every_s = 0 }"), "faults.0.trigger.every_s", "> 0"),
         (dict(trigger="{ probability = 1.5 }"), "faults.0.trigger.probability", "<= 1"),
@@ -77,7 +79,7 @@ def state_of(procs: list[subprocess.Popen], max_step: int = 0, first_step_t: int
 def test_one_random_live_rank_is_seeded_and_really_killed(write_scenario, ranks, tmp_path: Path) -> None:
     spec = scenario(write_scenario, target="{ one = true }").faults[0]
     firsts = []
-    for i, trial in enumerate((3, 3, 4, 5, 6)):
+    for trial in (3, 3, 4, 5, 6):
         fault = ScheduledFault(0, spec, seed=7, trial=trial, ranks_per_host=1)
         st = state_of(ranks, max_step=10)
         st.exited.add(ranks[0].pid)  # rank 0 is gone: it must never be drawn
@@ -102,8 +104,13 @@ def test_host_target_hits_every_rank_of_the_host(write_scenario, ranks, tmp_path
 
 
 def test_mtbf_schedule_is_reproducible_and_bounded_by_count(write_scenario, ranks, tmp_path: Path) -> None:
-    spec = scenario(write_scenario, kind="stall", params="duration_s = 0.01", target="{ ranks = [1] }",
-                    trigger="{ mtbf_s = 0.02, count = 3 }").faults[0]
+    spec = scenario(
+        write_scenario,
+        kind="stall",
+        params="duration_s = 0.01",
+        target="{ ranks = [1] }",
+        trigger="{ mtbf_s = 0.02, count = 3 }",
+    ).faults[0]
     a = ScheduledFault(0, spec, seed=1, trial=0, ranks_per_host=1)
     b = ScheduledFault(0, spec, seed=1, trial=0, ranks_per_host=1)
     c = ScheduledFault(0, spec, seed=1, trial=1, ranks_per_host=1)
@@ -120,13 +127,14 @@ def test_mtbf_schedule_is_reproducible_and_bounded_by_count(write_scenario, rank
     injects = [e for e in events if e["event"] == "inject"]
     assert len(injects) == 3 and len([e for e in events if e["event"] == "fault_end"]) == 3
     offsets = [(e["t"] - start) / 1e9 for e in injects]
-    assert all(off >= arrival for off, arrival in zip(offsets, a._arrivals))
+    assert all(off >= arrival for off, arrival in zip(offsets, a._arrivals, strict=True))
     assert ranks[1].poll() is None  # stalled three times, resumed three times, still alive
 
 
 def test_probability_trigger_fires_at_most_count_times(write_scenario, ranks, tmp_path: Path) -> None:
-    spec = scenario(write_scenario, kind="stall", params="duration_s = 0.001",
-                    trigger="{ probability = 1.0, count = 2 }").faults[0]
+    spec = scenario(
+        write_scenario, kind="stall", params="duration_s = 0.001", trigger="{ probability = 1.0, count = 2 }"
+    ).faults[0]
     fault = ScheduledFault(0, spec, seed=0, trial=0, ranks_per_host=1)
     harness = EventWriter(tmp_path / "h.jsonl", src="harness")
     for step in range(1, 6):

@@ -13,16 +13,28 @@ MS = 1_000_000
 
 
 def ev(t_ms: float, event: str, **fields: Any) -> dict[str, Any]:
-    return {"t": int(round(t_ms * MS)), "event": event, **fields}
+    return {"t": round(t_ms * MS), "event": event, **fields}
 
 
-def steps(ranks: list[int], first: int, last: int, t0_ms: float, every_ms: float = 10.0, gen: int = 0,
-          loss: float = 0.25) -> list[dict[str, Any]]:
+def steps(
+    ranks: list[int], first: int, last: int, t0_ms: float, every_ms: float = 10.0, gen: int = 0, loss: float = 0.25
+) -> list[dict[str, Any]]:
     out = []
     for i, step in enumerate(range(first, last + 1)):
         for r in ranks:
-            out.append(ev(t0_ms + i * every_ms + 0.1 * r, "step_end", src="rank", rank=r, step=step, gen=gen,
-                          step_s=every_ms / 1000, world_size=len(ranks), loss_share=loss / len(ranks)))
+            out.append(
+                ev(
+                    t0_ms + i * every_ms + 0.1 * r,
+                    "step_end",
+                    src="rank",
+                    rank=r,
+                    step=step,
+                    gen=gen,
+                    step_s=every_ms / 1000,
+                    world_size=len(ranks),
+                    loss_share=loss / len(ranks),
+                )
+            )
     return out
 
 
@@ -68,8 +80,9 @@ def test_recovered_kill_known_answers() -> None:
 
 
 def test_phases_add_up_to_downtime() -> None:
-    (f,) = figures(recovered_kill(), phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"),
-                                             ("restore", "restore_end")))
+    (f,) = figures(
+        recovered_kill(), phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end"))
+    )
     p = f.phases
     assert p["phase_detect_s"] == pytest.approx(0.0075)
     assert p["phase_isolate_s"] == pytest.approx(0.115 - 0.108)
@@ -155,8 +168,9 @@ def test_fault_free_trial_and_reference_figures() -> None:
 
 
 def test_loss_delta_and_goodput_against_a_reference() -> None:
-    reference = trial_facts(steps([0, 1], 1, 20, t0_ms=10, every_ms=5, loss=0.2) + train_end([0, 1], 200, gen=0),
-                          steps=20, warmup_steps=0)
+    reference = trial_facts(
+        steps([0, 1], 1, 20, t0_ms=10, every_ms=5, loss=0.2) + train_end([0, 1], 200, gen=0), steps=20, warmup_steps=0
+    )
     (f,) = figures(recovered_kill(), reference=reference)
     assert f.figures["loss_delta"] == pytest.approx(0.25 - 0.2)
     # 20 distinct steps x 5 ms / (first step start 0 ms .. last rank event 240 ms)
@@ -172,8 +186,10 @@ def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
         ev(110.0, "detect", src="rank", rank=0, how="peer_closed"),
         ev(112.0, "detect", src="rank", rank=2, how="peer_closed"),
         ev(200.0, "detect", src="agent", how="agent_monitor"),
-        ev(201.0, "teardown_start", src="agent"), ev(205.0, "teardown_end", src="agent"),
-        ev(205.5, "rendezvous_start", src="agent"), ev(500.0, "rendezvous_end", src="agent"),
+        ev(201.0, "teardown_start", src="agent"),
+        ev(205.0, "teardown_end", src="agent"),
+        ev(205.5, "rendezvous_start", src="agent"),
+        ev(500.0, "rendezvous_end", src="agent"),
         ev(510.0, "workers_started", src="agent"),
         *[ev(3000.0 + 100 * r, "import_done", src="rank", rank=r) for r in range(3)],
         *[ev(4000.0 + 100 * r, "workload_ready", src="rank", rank=r) for r in range(3)],
@@ -185,8 +201,18 @@ def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
     (f,) = figures(e, faults=(("kill", "1"),), phases=STRATEGIES["restart"].phases)
     assert f.outcome == "recovered"
     assert f.figures["steps_lost"] == 5
-    expected = {"detect": 9.5, "agent": 90, "teardown": 5, "rendezvous": 295, "spawn": 10, "import": 2690,
-                "build": 1000, "pg": 120, "restore": 30, "catchup": 4450.2 - 4350}
+    expected = {
+        "detect": 9.5,
+        "agent": 90,
+        "teardown": 5,
+        "rendezvous": 295,
+        "spawn": 10,
+        "import": 2690,
+        "build": 1000,
+        "pg": 120,
+        "restore": 30,
+        "catchup": 4450.2 - 4350,
+    }
     for name, ms in expected.items():
         assert f.phases[f"phase_{name}_s"] == pytest.approx(ms / 1000), name
     assert sum(f.phases.values()) == pytest.approx(f.figures["downtime_s"])

@@ -3,6 +3,7 @@ self-contained HTML page, honest tables, and the helpers that place phases in ti
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -22,10 +23,16 @@ TTR = [0.040, 0.041, 0.045, 0.043, 0.042, 0.044]
 
 
 def sweep(tmp_path: Path, **kw) -> Path:
-    return write_run(tmp_path, "kill", {
-        "strategy=failstop": [trial(t) for t in TTD],
-        "strategy=reinit": [trial(t, r) for t, r in zip(TTD, TTR)],
-    }, steps=True, **kw)
+    return write_run(
+        tmp_path,
+        "kill",
+        {
+            "strategy=failstop": [trial(t) for t in TTD],
+            "strategy=reinit": [trial(t, r) for t, r in zip(TTD, TTR, strict=True)],
+        },
+        steps=True,
+        **kw,
+    )
 
 
 def test_report_files_and_figures(tmp_path: Path) -> None:
@@ -33,15 +40,27 @@ def test_report_files_and_figures(tmp_path: Path) -> None:
     files = make_report([run])
     assert files.markdown == run / "report.md" and files.html == run / "report.html"
     names = sorted(p.name for p in files.images)
-    assert names == ["box.png", "ecdf.png", "loss.png", "phases.png", "timeline_00_strategy_failstop.png",
-                     "timeline_01_strategy_reinit.png"]
+    assert names == [
+        "box.png",
+        "ecdf.png",
+        "loss.png",
+        "phases.png",
+        "timeline_00_strategy_failstop.png",
+        "timeline_01_strategy_reinit.png",
+    ]
     for p in files.images:
         assert p.read_bytes()[:8] == PNG and p.stat().st_size > 10_000
     md = files.markdown.read_text()
     linked = re.findall(r"!\[[^\]]*\]\((plots/[^)]+\.png)\)", md)
     assert sorted(Path(p).name for p in linked) == names
-    for section in ("## Summary", "## Distributions", "## Phases of recovery", "## Step-time timelines",
-                    "## Loss against the fault-free reference", "## Environment"):
+    for section in (
+        "## Summary",
+        "## Distributions",
+        "## Phases of recovery",
+        "## Step-time timelines",
+        "## Loss against the fault-free reference",
+        "## Environment",
+    ):
         assert section in md
     assert "torch" in md and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in md  # versions and knobs
     # the HTML page is self-contained: every figure embedded, nothing linked
@@ -69,11 +88,10 @@ def test_trial_marks_lay_phases_end_to_end(tmp_path: Path) -> None:
     marks = trial_marks(reinit, 0)
     assert marks is not None and marks.injections[0][0] == pytest.approx(0.5) and marks.inject_steps == [10]
     spans = [(s.column, s.start, s.end) for s in marks.spans]
-    assert [c for c, *_ in spans] == ["phase_detect_s", "phase_isolate_s", "phase_reconfigure_s",
-                                      "phase_catchup_s"]
+    assert [c for c, *_ in spans] == ["phase_detect_s", "phase_isolate_s", "phase_reconfigure_s", "phase_catchup_s"]
     assert spans[0][1] == pytest.approx(0.5) and spans[0][2] == pytest.approx(0.5 + TTD[0])
     assert spans[-1][2] == pytest.approx(0.5 + TTD[0] + TTR[0])  # the phases add up to the downtime
-    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+    for (_, _, end), (_, start, _) in itertools.pairwise(spans):
         assert start == pytest.approx(end)
 
 
@@ -87,10 +105,12 @@ def test_report_on_a_baseline_without_logs_says_why(tmp_path: Path, monkeypatch:
 
 
 def test_several_runs_are_told_apart(tmp_path: Path) -> None:
-    a = load(write_run(tmp_path, "s", {"s": [trial(2.0, 0.5)] * 3}, salt="a",
-                       config={"workload": {"pg_timeout_s": 2.0}}))
-    b = load(write_run(tmp_path, "s", {"s": [trial(3.0, 0.5)] * 3}, salt="b",
-                       config={"workload": {"pg_timeout_s": 3.0}}))
+    a = load(
+        write_run(tmp_path, "s", {"s": [trial(2.0, 0.5)] * 3}, salt="a", config={"workload": {"pg_timeout_s": 2.0}})
+    )
+    b = load(
+        write_run(tmp_path, "s", {"s": [trial(3.0, 0.5)] * 3}, salt="b", config={"workload": {"pg_timeout_s": 3.0}})
+    )
     assert run_tags([a, b]) == ["pg_timeout_s=2.0", "pg_timeout_s=3.0"]
     names = [s.name for s in build_series([a, b])]
     assert names == ["pg_timeout_s=2.0: s", "pg_timeout_s=3.0: s"]

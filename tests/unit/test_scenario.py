@@ -47,8 +47,10 @@ def test_good_scenario_expands_its_sweep(write_scenario) -> None:
     sc = load(write_scenario(GOOD))
     pts = points(sc)
     assert [p.label for p in pts] == [
-        "duration_s=8 strategy=failstop", "duration_s=8 strategy=reinit",
-        "duration_s=3 strategy=failstop", "duration_s=3 strategy=reinit",
+        "duration_s=8 strategy=failstop",
+        "duration_s=8 strategy=reinit",
+        "duration_s=3 strategy=failstop",
+        "duration_s=3 strategy=reinit",
     ]
     assert pts[0].scenario.faults[0].params.duration_s == 8.0
     assert pts[3].scenario.recovery.params.join_window_s == 0.25
@@ -65,8 +67,9 @@ def test_point_hash_is_stable_and_ignores_trials_and_name(write_scenario) -> Non
 
 
 def test_set_override_replaces_a_sweep_axis(write_scenario) -> None:
-    sc = load(write_scenario(GOOD), [parse_override("recovery.strategy=reinit"),
-                                     parse_override("workload.world_size=3")])
+    sc = load(
+        write_scenario(GOOD), [parse_override("recovery.strategy=reinit"), parse_override("workload.world_size=3")]
+    )
     pts = points(sc)
     assert [p.label for p in pts] == ["duration_s=8", "duration_s=3"]
     assert all(p.scenario.workload.world_size == 3 for p in pts)
@@ -93,25 +96,46 @@ def test_override_values_are_read_as_toml_else_string() -> None:
         (('kind = "ddp"', 'kind = "dpp"'), "workload.kind", "'allreduce' or 'ddp'"),
         (('kind = "stall"', 'kind = "stal"'), "faults.0.kind", "'kill'"),
         (("duration_s = 8", "duration_s = 0"), "faults.0.duration_s", "> 0"),
-        (('strategy = "reinit"\n[recovery.reinit]', 'strategy = "reboot"\n[recovery.reinit]'),
-         "recovery.strategy", "one of"),
+        (
+            ('strategy = "reinit"\n[recovery.reinit]', 'strategy = "reboot"\n[recovery.reinit]'),
+            "recovery.strategy",
+            "one of",
+        ),
         (("[recovery.reinit]", "[recovery.reboot]"), "recovery.reboot", "a table named after a strategy"),
         (("join_window_s = 0.25", "join_window = 0.25"), "recovery.reinit.join_window", "one of"),
         (("target = { ranks = [1] }", "target = { ranks = [4] }"), "faults.0.target.ranks.0", "below world_size"),
         (("target = { ranks = [1] }", "target = { ranks = [1, 1] }"), "faults.0.target.ranks", "distinct"),
-        (("target = { ranks = [1] }", "target = { ranks = [0, 1, 2, 3] }"), "faults.0.target.ranks",
-         "someone must survive"),
-        (("trigger = { at_step = 20 }", "trigger = { at_step = 100 }"), "faults.0.trigger.at_step",
-         "below workload.steps"),
-        (("trigger = { at_step = 20 }", "trigger = { at_step = 20, after_s = 1.0 }"), "faults.0.trigger",
-         "exactly one"),
+        (
+            ("target = { ranks = [1] }", "target = { ranks = [0, 1, 2, 3] }"),
+            "faults.0.target.ranks",
+            "someone must survive",
+        ),
+        (
+            ("trigger = { at_step = 20 }", "trigger = { at_step = 100 }"),
+            "faults.0.trigger.at_step",
+            "below workload.steps",
+        ),
+        (
+            ("trigger = { at_step = 20 }", "trigger = { at_step = 20, after_s = 1.0 }"),
+            "faults.0.trigger",
+            "exactly one",
+        ),
         (("trigger = { at_step = 20 }", "trigger = { on_step = 20 }"), "faults.0.trigger.on_step", "one of"),
-        (('"faults.0.duration_s" = [8, 3]', '"faults.0.duration_s" = [8, -3]'), "faults.0.duration_s",
-         "with sweep faults.0.duration_s = -3"),
-        (('"faults.0.duration_s" = [8, 3]', '"faults.3.duration_s" = [8, 3]'), "sweep.faults.3.duration_s.0",
-         "index an existing entry"),
-        (('"faults.0.duration_s" = [8, 3]', '"faults.0.duration_s" = []'), "sweep.faults.0.duration_s",
-         "non-empty list"),
+        (
+            ('"faults.0.duration_s" = [8, 3]', '"faults.0.duration_s" = [8, -3]'),
+            "faults.0.duration_s",
+            "with sweep faults.0.duration_s = -3",
+        ),
+        (
+            ('"faults.0.duration_s" = [8, 3]', '"faults.3.duration_s" = [8, 3]'),
+            "sweep.faults.3.duration_s.0",
+            "index an existing entry",
+        ),
+        (
+            ('"faults.0.duration_s" = [8, 3]', '"faults.0.duration_s" = []'),
+            "sweep.faults.0.duration_s",
+            "non-empty list",
+        ),
         (("trials = 3", "trials = 0"), "measure.trials", ">= 1"),
         (("[sweep]", '[gate]\nmetric = "speed"\n[sweep]'), "gate.metric", "a figure"),
     ],
@@ -141,8 +165,11 @@ def test_fault_needs_target_and_trigger(write_scenario) -> None:
 
 
 def test_defaults_fill_a_minimal_file(write_scenario) -> None:
-    sc = load(write_scenario('[[faults]]\nkind = "kill"\ntarget = { ranks = [0] }\ntrigger = { after_s = 1 }\n',
-                             name="minimal.toml"))
+    sc = load(
+        write_scenario(
+            '[[faults]]\nkind = "kill"\ntarget = { ranks = [0] }\ntrigger = { after_s = 1 }\n', name="minimal.toml"
+        )
+    )
     assert sc.name == "minimal"
     assert sc.workload.kind == "ddp" and sc.recovery.strategy == "failstop"
     assert sc.faults[0].params.signal == "SIGKILL"

@@ -12,17 +12,34 @@ from math import comb
 
 import pytest
 
-from bench.results.stats import (EXACT_MAX_N, mann_whitney_u, median, median_ci, percentile, present, quantile_ci,
-                         statistic, describe, u_distribution)
+from bench.results.stats import (
+    EXACT_MAX_N,
+    describe,
+    mann_whitney_u,
+    median,
+    median_ci,
+    percentile,
+    present,
+    quantile_ci,
+    statistic,
+    u_distribution,
+)
 
 
-@pytest.mark.parametrize("x, y, u, p", [
-    ([1.1, 2.2, 3.3], [4.4, 5.5, 6.6], 0.0, 0.1),
-    ([5.02, 5.03, 5.01, 5.04, 5.05, 5.00, 5.06], [3.02, 3.01, 3.03, 3.04, 3.00, 3.05, 3.06], 49.0,
-     0.0005827505827505828),
-    ([0.2, 0.5, 0.9, 1.3, 2.0], [0.4, 0.6, 1.1, 1.7, 2.5, 3.0], 10.0, 0.42857142857142855),
-    ([1, 2, 3, 4, 5, 6, 7, 8], [2.5, 3.5, 4.5, 9, 10, 11, 12, 13], 15.0, 0.08298368298368297),
-])
+@pytest.mark.parametrize(
+    "x, y, u, p",
+    [
+        ([1.1, 2.2, 3.3], [4.4, 5.5, 6.6], 0.0, 0.1),
+        (
+            [5.02, 5.03, 5.01, 5.04, 5.05, 5.00, 5.06],
+            [3.02, 3.01, 3.03, 3.04, 3.00, 3.05, 3.06],
+            49.0,
+            0.0005827505827505828,
+        ),
+        ([0.2, 0.5, 0.9, 1.3, 2.0], [0.4, 0.6, 1.1, 1.7, 2.5, 3.0], 10.0, 0.42857142857142855),
+        ([1, 2, 3, 4, 5, 6, 7, 8], [2.5, 3.5, 4.5, 9, 10, 11, 12, 13], 15.0, 0.08298368298368297),
+    ],
+)
 def test_exact_mann_whitney_matches_scipy(x, y, u, p) -> None:
     r = mann_whitney_u(x, y)
     assert r.method == "exact"
@@ -42,10 +59,13 @@ def test_exact_p_by_hand() -> None:
     assert mann_whitney_u([1, 2, 3], [4, 5, 6]).p == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("x, y, u, p", [
-    ([1, 2, 2, 3, 4, 4, 5], [3, 3, 4, 5, 6, 6, 7, 8], 9.5, 0.03539060700656296),
-    ([0.2, 0.5, 0.9, 1.3, 2.0], [0.4, 0.6, 1.1, 1.7, 2.5, 3.0], 10.0, 0.41131379177625893),
-])
+@pytest.mark.parametrize(
+    "x, y, u, p",
+    [
+        ([1, 2, 2, 3, 4, 4, 5], [3, 3, 4, 5, 6, 6, 7, 8], 9.5, 0.03539060700656296),
+        ([0.2, 0.5, 0.9, 1.3, 2.0], [0.4, 0.6, 1.1, 1.7, 2.5, 3.0], 10.0, 0.41131379177625893),
+    ],
+)
 def test_normal_approximation_with_ties_matches_scipy(x, y, u, p) -> None:
     r = mann_whitney_u(x, y, method="normal")
     assert r.method == "normal" and r.u == u

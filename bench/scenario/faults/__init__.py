@@ -1,10 +1,11 @@
 """The fault model: kinds, targets and triggers of a scenario's ``[[faults]]``.
 
-A fault kind pairs its knobs (validated from the scenario) with the injector in
+A fault kind pairs its knobs (validated from the scenario) with the code in
 :mod:`injectors` that carries it out; the scenario names the fault, the injector picks
-the mechanism. Faults that act *inside* a rank (a hang in a collective, a bit flip in a
-gradient bucket) also name their rank-side hook: the harness arms it with a real-time
-signal and the rank records the injection at the moment the hook acts.
+the mechanism. A fault that acts *inside* a rank (a hang in a collective, a bit flip in
+a gradient bucket) is a hook the rank runs: the harness arms it with a real-time signal
+(:class:`injectors.rankside.Arm`) and the rank records the injection when the hook acts.
+The knobs reach either as keyword arguments (:meth:`FaultSpec.knobs`).
 
 Each module of this package declares one family of kinds; a new kind is a new module
 (or an entry in its family's), found by :func:`bench.scenario.registry.discover`.
@@ -13,24 +14,39 @@ Each module of this package declares one family of kinds; a new kind is a new mo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bench.scenario.config import ConfigError, bounded, to_dict
 from bench.scenario.registry import Plugin, Registry
+
+if TYPE_CHECKING:
+    from injectors.base import Injector
 
 Family = Literal["process", "hang", "slow", "collective", "data", "link"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FaultKind(Plugin):
+    """``impl`` is the harness-side injector, or the hook a rank runs (``rank_side``)."""
+
     family: Family
     """Taxonomy family (docs/design.md): process, hang, slow, collective, data, link."""
-    rank_side: str | None = None
-    """``module:Class`` of the hook the rank runs, for faults that act inside a rank."""
+    rank_side: bool = False
+    """The fault acts inside the rank: ``impl`` is its hook, armed by a signal."""
     hits_components: bool = False
     """Whether ``target = { component = ... }`` makes sense: signals reach any process,
     hooks and links only ranks and their hosts (control-plane faults are process faults
     aimed at a component)."""
+
+    def injector(self, spec: FaultSpec, index: int) -> Injector:
+        """What the harness fires for fault ``index``: the injector, or the signal that
+        arms the rank-side hook."""
+        if self.rank_side:
+            from injectors.rankside import Arm
+
+            return Arm(fault_index=index)
+        injector: Injector = self.load()(**spec.knobs())
+        return injector
 
 
 FAULTS: Registry[FaultKind] = Registry("fault kind")
@@ -54,8 +70,13 @@ class TargetSpec:
     torchrun's elastic agent (which of them exist depends on the strategy)."""
 
     def kinds(self) -> list[str]:
-        chosen = {"ranks": bool(self.ranks), "one": self.one, "fraction": self.fraction is not None,
-                  "host": self.host is not None, "component": self.component is not None}
+        chosen = {
+            "ranks": bool(self.ranks),
+            "one": self.one,
+            "fraction": self.fraction is not None,
+            "host": self.host is not None,
+            "component": self.component is not None,
+        }
         return [k for k, v in chosen.items() if v]
 
     def text(self) -> str:
@@ -98,33 +119,46 @@ class FaultSpec:
     params: object = None
     """The kind's own knobs, written flat in the fault's table."""
 
+    def knobs(self) -> dict[str, Any]:
+        """The kind's knobs as the keyword arguments its injector or hook takes."""
+        knobs: dict[str, Any] = to_dict(self.params)
+        return knobs
+
 
 def check_fault(f: FaultSpec, *, world_size: int, steps: int, ranks_per_host: int, file: str, where: str) -> None:
     """Cross-field checks of one fault against the workload it will hit."""
     t, kind = f.target, FAULTS[f.kind]
     if len(t.kinds()) != 1:
-        raise ConfigError(file, f"{where}.target", "exactly one of ranks, one, fraction, host, component",
-                          to_dict(t))
+        raise ConfigError(file, f"{where}.target", "exactly one of ranks, one, fraction, host, component", to_dict(t))
     for j, r in enumerate(t.ranks):
         if not 0 <= r < world_size:
             raise ConfigError(file, f"{where}.target.ranks.{j}", f"a rank below world_size ({world_size})", r)
     if len(set(t.ranks)) != len(t.ranks):
         raise ConfigError(file, f"{where}.target.ranks", "distinct ranks", list(t.ranks))
     if len(t.ranks) >= world_size:
-        raise ConfigError(file, f"{where}.target.ranks", "fewer ranks than world_size (someone must survive)",
-                          list(t.ranks))
+        raise ConfigError(
+            file, f"{where}.target.ranks", "fewer ranks than world_size (someone must survive)", list(t.ranks)
+        )
     hosts = world_size // ranks_per_host
     if t.host is not None and not (t.host < hosts and hosts > 1):
-        raise ConfigError(file, f"{where}.target.host",
-                          f"a host below {hosts} (world_size / launch.ranks_per_host), with more than one host",
-                          t.host)
+        raise ConfigError(
+            file,
+            f"{where}.target.host",
+            f"a host below {hosts} (world_size / launch.ranks_per_host), with more than one host",
+            t.host,
+        )
     if t.component is not None and not kind.hits_components:
-        raise ConfigError(file, f"{where}.target.component",
-                          f"a rank target: {f.kind!r} acts on ranks, not on control-plane processes", t.component)
+        raise ConfigError(
+            file,
+            f"{where}.target.component",
+            f"a rank target: {f.kind!r} acts on ranks, not on control-plane processes",
+            t.component,
+        )
     trig = f.trigger
     if len(trig.kinds()) != 1:
-        raise ConfigError(file, f"{where}.trigger", "exactly one of at_step, after_s, every_s, mtbf_s, probability",
-                          to_dict(trig))
+        raise ConfigError(
+            file, f"{where}.trigger", "exactly one of at_step, after_s, every_s, mtbf_s, probability", to_dict(trig)
+        )
     if trig.count != 1 and trig.kinds()[0] in ("at_step", "after_s"):
         raise ConfigError(file, f"{where}.trigger.count", "1 with at_step or after_s (they fire once)", trig.count)
     if trig.at_step is not None and trig.at_step >= steps:

@@ -48,5 +48,6 @@ for _name, _params, _cls, _summary in (
     ("delay", DelayParams, "Delay", "delay (and jitter) packets arriving at the target host"),
     ("corrupt", CorruptParams, "Corrupt", "flip payload bits of packets arriving at the target host"),
 ):
-    FAULTS.register(FaultKind(name=_name, params=_params, impl=f"injectors.link.faults:{_cls}", family="link",
-                              summary=_summary))
+    FAULTS.register(
+        FaultKind(name=_name, params=_params, impl=f"injectors.link.faults:{_cls}", family="link", summary=_summary)
+    )

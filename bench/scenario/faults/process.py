@@ -16,7 +16,23 @@ class KillParams:
     stop; SIGSEGV: a crash with the crash path's own exit status."""
 
 
-FAULTS.register(FaultKind(name="kill", params=KillParams, impl="injectors.signals:Kill", family="process",
-                          hits_components=True, summary="SIGKILL / SIGTERM / SIGSEGV the target processes"))
-FAULTS.register(FaultKind(name="stall", params=DurationParams, impl="injectors.signals:Stall", family="hang",
-                          hits_components=True, summary="SIGSTOP the targets for duration_s, then SIGCONT"))
+FAULTS.register(
+    FaultKind(
+        name="kill",
+        params=KillParams,
+        impl="injectors.signals:Kill",
+        family="process",
+        hits_components=True,
+        summary="SIGKILL / SIGTERM / SIGSEGV the target processes",
+    )
+)
+FAULTS.register(
+    FaultKind(
+        name="stall",
+        params=DurationParams,
+        impl="injectors.signals:Stall",
+        family="hang",
+        hits_components=True,
+        summary="SIGSTOP the targets for duration_s, then SIGCONT",
+    )
+)

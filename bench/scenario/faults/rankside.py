@@ -30,14 +30,18 @@ class BitFlipParams:
 
 
 def _register(name: str, params: type, hook: str, family: Family, summary: str) -> None:
-    FAULTS.register(FaultKind(name=name, params=params, impl="injectors.rankside:Arm", family=family,
-                              rank_side=f"injectors.rankside:{hook}", summary=summary))
+    FAULTS.register(
+        FaultKind(
+            name=name, params=params, impl=f"injectors.rankside:{hook}", family=family, rank_side=True, summary=summary
+        )
+    )
 
 
 _register("hang", DurationParams, "Hang", "hang", "hang inside the target's next collective for duration_s")
 _register("gil", DurationParams, "HoldGIL", "hang", "hold the GIL in the target for duration_s (deadlock)")
-_register("straggler", StragglerParams, "Straggler", "slow", "delay every collective of the target by delay_s for "
-          "duration_s")
+_register(
+    "straggler", StragglerParams, "Straggler", "slow", "delay every collective of the target by delay_s for duration_s"
+)
 _register("raise", NoParams, "Raise", "collective", "raise inside the target's next collective")
 _register("abort", NoParams, "Abort", "collective", "abort the target's process group (communicator)")
 _register("bitflip", BitFlipParams, "BitFlip", "data", "flip bits of a gradient bucket on the target (SDC)")

@@ -16,8 +16,14 @@ class FailstopParams:
     """Fail-stop has no knobs: the first error ends the rank, and so the job."""
 
 
-STRATEGIES.register(Strategy(
-    name="failstop", params=FailstopParams, impl="bench.strategies.supervisor:SupervisedJob",
-    rank_policy="bench.strategies.failstop.policy:FailStop", namespaces=True, default=True,
-    summary="any fault ends the job; measures detection only",
-))
+STRATEGIES.register(
+    Strategy(
+        name="failstop",
+        params=FailstopParams,
+        impl="bench.strategies.supervisor:SupervisedJob",
+        rank_policy="bench.strategies.failstop.policy:FailStop",
+        namespaces=True,
+        default=True,
+        summary="any fault ends the job; measures detection only",
+    )
+)

@@ -17,10 +17,15 @@ class FailStop(RankPolicy):
         spec = self.spec
         world = World(gen=0, members=spec.members, me=spec.rank)
         dist.init_process_group(
-            spec.backend, store=dist.PrefixStore("pg0", store_client(spec)), rank=world.group_rank,
-            world_size=world.size, timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s))
-        self.events.emit("pg_ready", gen=0, world_size=world.size, backend=spec.backend,
-                         pg_timeout_s=spec.workload.pg_timeout_s)
+            spec.backend,
+            store=dist.PrefixStore("pg0", store_client(spec)),
+            rank=world.group_rank,
+            world_size=world.size,
+            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
+        )
+        self.events.emit(
+            "pg_ready", gen=0, world_size=world.size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
+        )
         comm = Comm(group_rank=world.group_rank, group_size=world.size, backend=spec.backend, hooks=self.hooks)
         workload.attach(comm)
         return Position(world=world, comm=comm, step=1, committed=0)

@@ -29,9 +29,14 @@ class ReinitParams:
     """How long after a rank's death its replacement is started (a scheduler's delay)."""
 
 
-STRATEGIES.register(Strategy(
-    name="reinit", params=ReinitParams, impl="bench.strategies.reinit.job:ReinitJob",
-    rank_policy="bench.strategies.reinit.policy:Reinit", namespaces=True,
-    phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end")),
-    summary="ftbench's design: survivors abort through the store, re-form a smaller group, train on",
-))
+STRATEGIES.register(
+    Strategy(
+        name="reinit",
+        params=ReinitParams,
+        impl="bench.strategies.reinit.job:ReinitJob",
+        rank_policy="bench.strategies.reinit.policy:Reinit",
+        namespaces=True,
+        phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end")),
+        summary="ftbench's design: survivors abort through the store, re-form a smaller group, train on",
+    )
+)

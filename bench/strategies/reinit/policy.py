@@ -34,8 +34,9 @@ class KeyWatch:
 
     def __init__(self, connect: Callable[[], Any], key: str, timeout_s: float) -> None:
         self.value: str | None = None
-        threading.Thread(target=self._run, args=(connect, key, timeout_s), daemon=True,
-                         name=f"ftbench-watch-{key}").start()
+        threading.Thread(
+            target=self._run, args=(connect, key, timeout_s), daemon=True, name=f"ftbench-watch-{key}"
+        ).start()
 
     def _run(self, connect: Callable[[], Any], key: str, timeout_s: float) -> None:
         try:
@@ -52,8 +53,9 @@ class Reinit(RankPolicy):
         self.params: ReinitParams = spec.recovery.params
         self.store = store_client(spec)
         self.watch_store = store_client(spec)
-        self.membership = Membership(self.store, me=spec.rank, timeout_s=spec.wait_s,
-                                     join_window_s=self.params.join_window_s)
+        self.membership = Membership(
+            self.store, me=spec.rank, timeout_s=spec.wait_s, join_window_s=self.params.join_window_s
+        )
         self.growth: KeyWatch | None = None
         self.workload: Workload | None = None
 
@@ -112,14 +114,23 @@ class Reinit(RankPolicy):
         """Process group of generation ``world.gen`` on its own store prefix."""
         spec = self.spec
         dist.init_process_group(
-            spec.backend, store=dist.PrefixStore(f"pg{world.gen}", self.store), rank=world.group_rank,
-            world_size=world.size, timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
+            spec.backend,
+            store=dist.PrefixStore(f"pg{world.gen}", self.store),
+            rank=world.group_rank,
+            world_size=world.size,
+            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
         )
         watch = Watch(store=self.watch_store, key=Membership.abort_key(world.gen), timeout_s=spec.wait_s)
-        self.events.emit("pg_ready", gen=world.gen, world_size=world.size, backend=spec.backend,
-                         pg_timeout_s=spec.workload.pg_timeout_s)
-        return Comm(group_rank=world.group_rank, group_size=world.size, backend=spec.backend, watch=watch,
-                    hooks=self.hooks)
+        self.events.emit(
+            "pg_ready",
+            gen=world.gen,
+            world_size=world.size,
+            backend=spec.backend,
+            pg_timeout_s=spec.workload.pg_timeout_s,
+        )
+        return Comm(
+            group_rank=world.group_rank, group_size=world.size, backend=spec.backend, watch=watch, hooks=self.hooks
+        )
 
     def join_running(self) -> Position | None:
         """A replacement joins the running world at its next growth (or gives up if the
@@ -155,8 +166,12 @@ class Reinit(RankPolicy):
             nxt = self.membership.next_world(world)
             if nxt is None:
                 return None
-            self.events.emit("isolate", gen=nxt.gen, members=list(nxt.members),
-                             excluded=sorted(set(world.members) - set(nxt.members)))
+            self.events.emit(
+                "isolate",
+                gen=nxt.gen,
+                members=list(nxt.members),
+                excluded=sorted(set(world.members) - set(nxt.members)),
+            )
             try:
                 comm, resume = self.reform(nxt, committed)
                 return Position(world=nxt, comm=comm, step=resume, committed=resume - 1)

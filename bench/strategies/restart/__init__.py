@@ -26,18 +26,23 @@ class RestartParams:
     """torchrun ``--monitor-interval``: how often the agent polls its workers."""
 
 
-STRATEGIES.register(Strategy(
-    name="restart", params=RestartParams, impl="bench.strategies.restart.job:Restart",
-    rank_policy="bench.strategies.restart.policy:Restart", components=("agent",),
-    phases=(
-        ("agent", "detect@agent"),        # the agent's monitor sees the failed worker
-        ("teardown", "teardown_end"),     # surviving workers stopped
-        ("rendezvous", "rendezvous_end"),  # c10d re-rendezvous done
-        ("spawn", "workers_started"),     # new worker processes exist
-        ("import", "import_done"),        # ...and have imported torch and ftbench
-        ("build", "workload_ready"),      # ...and built model and optimizer
-        ("pg", "reconfigured"),           # ...and formed the process group
-        ("restore", "restore_end"),       # ...and loaded the checkpoint
-    ),
-    summary="whole-job restart from the last checkpoint under torchrun's elastic agent",
-))
+STRATEGIES.register(
+    Strategy(
+        name="restart",
+        params=RestartParams,
+        impl="bench.strategies.restart.job:Restart",
+        rank_policy="bench.strategies.restart.policy:Restart",
+        components=("agent",),
+        phases=(
+            ("agent", "detect@agent"),  # the agent's monitor sees the failed worker
+            ("teardown", "teardown_end"),  # surviving workers stopped
+            ("rendezvous", "rendezvous_end"),  # c10d re-rendezvous done
+            ("spawn", "workers_started"),  # new worker processes exist
+            ("import", "import_done"),  # ...and have imported torch and ftbench
+            ("build", "workload_ready"),  # ...and built model and optimizer
+            ("pg", "reconfigured"),  # ...and formed the process group
+            ("restore", "restore_end"),  # ...and loaded the checkpoint
+        ),
+        summary="whole-job restart from the last checkpoint under torchrun's elastic agent",
+    )
+)

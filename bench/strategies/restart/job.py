@@ -33,19 +33,35 @@ class Restart(Job):
         s = ctx.point.scenario
         params = s.recovery.params
         n = s.workload.world_size
-        spec = rank_spec(ctx, -1, "initial", members=tuple(range(n)), pdeathsig=False,
-                         checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"))
+        spec = rank_spec(
+            ctx,
+            -1,
+            "initial",
+            members=tuple(range(n)),
+            pdeathsig=False,
+            checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
+        )
         spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.pkl"
         spec_path.write_bytes(pickle.dumps(spec))
         args = [
-            sys.executable, "-m", "bench.strategies.restart.torchrun", str(ctx.events_dir), "--",
-            "--nnodes=1", f"--nproc-per-node={n}", f"--max-restarts={params.max_restarts}",
-            f"--monitor-interval={params.monitor_interval_s}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=ftbench-{ctx.events_dir.name}",
-            "-m", "bench.rank.entry", str(spec_path),
+            sys.executable,
+            "-m",
+            "bench.strategies.restart.torchrun",
+            str(ctx.events_dir),
+            "--",
+            "--nnodes=1",
+            f"--nproc-per-node={n}",
+            f"--max-restarts={params.max_restarts}",
+            f"--monitor-interval={params.monitor_interval_s}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            f"--rdzv-id=ftbench-{ctx.events_dir.name}",
+            "-m",
+            "bench.rank.entry",
+            str(spec_path),
         ]
         env = dict(os.environ, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1")
-        self.log = open(ctx.events_dir / "torchrun.log", "wb")
+        self.log = open(ctx.events_dir / "torchrun.log", "wb")  # noqa: SIM115 (closed by close())
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def poll(self, timeout_s: float) -> bool:

@@ -25,10 +25,16 @@ class Restart(RankPolicy):
         spec = self.spec
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         gen = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        dist.init_process_group(spec.backend, init_method="env://", rank=rank, world_size=size,
-                                timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s))
-        self.events.emit("pg_ready", gen=gen, world_size=size, backend=spec.backend,
-                         pg_timeout_s=spec.workload.pg_timeout_s)
+        dist.init_process_group(
+            spec.backend,
+            init_method="env://",
+            rank=rank,
+            world_size=size,
+            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
+        )
+        self.events.emit(
+            "pg_ready", gen=gen, world_size=size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
+        )
         if gen > 0:
             self.events.emit("reconfigured", gen=gen, world_size=size)
         world = World(gen=gen, members=tuple(range(size)), me=rank)
@@ -40,7 +46,7 @@ class Restart(RankPolicy):
     def on_failure(self, pos: Position, err: CollectiveError, workload: Workload) -> int:
         return EXIT_FAILED
 
-    def after_step(self, pos: Position, workload: Workload) -> Position:
+    def after_step(self, pos: Position, workload: Workload) -> Position | int:
         params: RestartParams = self.spec.recovery.params
         if pos.world.group_rank == 0 and pos.committed % params.checkpoint_every == 0:
             save_checkpoint(self.spec.checkpoint_dir, workload, pos.committed, self.events)

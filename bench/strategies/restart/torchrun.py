@@ -52,10 +52,19 @@ def instrument(cls: type, events: EventWriter) -> None:
         failing["now"] = bad
 
     around("_monitor_workers", None, monitored)
-    around("_stop_workers", "teardown_start", lambda _a, _r: events.emit("teardown_end"))
-    around("_rendezvous", "rendezvous_start", lambda a, _r: events.emit(
-        "rendezvous_end", remaining_restarts=getattr(a, "_remaining_restarts", None)))
-    around("_start_workers", None, lambda _a, ids: events.emit("workers_started", pids=list(ids.values())))
+
+    def stopped(_agent: Any, _result: Any) -> None:
+        events.emit("teardown_end")
+
+    def rendezvoused(agent: Any, _result: Any) -> None:
+        events.emit("rendezvous_end", remaining_restarts=getattr(agent, "_remaining_restarts", None))
+
+    def started(_agent: Any, ids: Any) -> None:
+        events.emit("workers_started", pids=list(ids.values()))
+
+    around("_stop_workers", "teardown_start", stopped)
+    around("_rendezvous", "rendezvous_start", rendezvoused)
+    around("_start_workers", None, started)
 
 
 def main(argv: list[str]) -> None:

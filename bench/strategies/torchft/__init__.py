@@ -63,10 +63,17 @@ class TorchFTParams:
     such a version as shipped."""
 
 
-STRATEGIES.register(Strategy(
-    name="torchft", params=TorchFTParams, impl="bench.strategies.torchft.job:TorchFTJob",
-    rank_entry="bench.strategies.torchft.replica:replica_main", components=("store", "lighthouse"),
-    phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")), rank_side_faults=False,
-    workloads=("ddp",),
-    summary="per-step fault tolerance with torchft: lighthouse quorum, live healing from peers",
-))
+STRATEGIES.register(
+    Strategy(
+        name="torchft",
+        params=TorchFTParams,
+        impl="bench.strategies.torchft.job:TorchFTJob",
+        rank_entry="bench.strategies.torchft.replica:replica_main",
+        components=("store", "lighthouse"),
+        phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")),
+        rank_side_faults=False,
+        workloads=("ddp",),
+        packages=("torchft", "torchft-nightly"),
+        summary="per-step fault tolerance with torchft: lighthouse quorum, live healing from peers",
+    )
+)

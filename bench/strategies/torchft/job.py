@@ -26,8 +26,7 @@ from typing import Any
 
 from bench.scenario.model import Scenario
 from bench.strategies.supervisor import SupervisedJob
-from bench.strategies.torchft import TorchFTParams
-from bench.strategies.torchft import lighthouse
+from bench.strategies.torchft import TorchFTParams, lighthouse
 from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
 
 FINISH_GRACE_S = 2.0
@@ -63,13 +62,22 @@ class TorchFTJob(SupervisedJob):
         addr_file = self.ctx.events_dir / "lighthouse.addr"
         addr_file.unlink(missing_ok=True)
         process = self.launcher.ctx.Process(
-            target=lighthouse.main, name="ftbench-lighthouse", daemon=False,
-            args=(str(addr_file), str(self.ctx.events_dir), p.min_replicas, p.join_timeout_ms, p.quorum_tick_ms,
-                  p.heartbeat_timeout_ms),
+            target=lighthouse.main,
+            name="ftbench-lighthouse",
+            daemon=False,
+            args=(
+                str(addr_file),
+                str(self.ctx.events_dir),
+                p.min_replicas,
+                p.join_timeout_ms,
+                p.quorum_tick_ms,
+                p.heartbeat_timeout_ms,
+            ),
         )
         process.start()
         self.lighthouse_addr = self.launcher.await_file(
-            process, addr_file, f"the lighthouse (see {self.ctx.events_dir / 'lighthouse.log.gz'})", timeout_s)
+            process, addr_file, f"the lighthouse (see {self.ctx.events_dir / 'lighthouse.log.gz'})", timeout_s
+        )
         return process
 
     def replacement_delay(self, rank: int) -> float | None:
@@ -84,7 +92,7 @@ class TorchFTJob(SupervisedJob):
             self.supervisor.emit("detect", how="exit", of="lighthouse", exitcode=self.lighthouse.exitcode)
         if self.finished_at is not None and time.monotonic() - self.finished_at > FINISH_GRACE_S:
             for r in self.launcher.running():
-                if r.process.pid not in self.stopped:
+                if r.process.pid is not None and r.process.pid not in self.stopped:
                     self.stopped.add(r.process.pid)
                     self.supervisor.emit("stop", of_rank=r.rank, reason="training finished without it")
                     r.process.kill()

@@ -29,8 +29,14 @@ _QUORUM_LINE = re.compile(r"quorum_id[:=]\s*(\d+)")
 _REPLICA_ID = re.compile(r"replica_id:\s*\"([^\"]+)\"")
 
 
-def main(addr_file: str, events_dir: str, min_replicas: int, join_timeout_ms: int,
-                    quorum_tick_ms: int, heartbeat_timeout_ms: int) -> None:
+def main(
+    addr_file: str,
+    events_dir: str,
+    min_replicas: int,
+    join_timeout_ms: int,
+    quorum_tick_ms: int,
+    heartbeat_timeout_ms: int,
+) -> None:
     """Body of the lighthouse process: serve until killed, logging to a file."""
     set_pdeathsig()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -40,11 +46,21 @@ def main(addr_file: str, events_dir: str, min_replicas: int, join_timeout_ms: in
     _pipe_stderr(Path(events_dir) / "lighthouse.log", events)
     from torchft._torchft import LighthouseServer
 
-    server = LighthouseServer(bind="[::]:0", min_replicas=min_replicas, join_timeout_ms=join_timeout_ms,
-                              quorum_tick_ms=quorum_tick_ms, heartbeat_timeout_ms=heartbeat_timeout_ms)
-    events.emit("lighthouse_ready", address=server.address(), min_replicas=min_replicas,
-                join_timeout_ms=join_timeout_ms, quorum_tick_ms=quorum_tick_ms,
-                heartbeat_timeout_ms=heartbeat_timeout_ms)
+    server = LighthouseServer(
+        bind="[::]:0",
+        min_replicas=min_replicas,
+        join_timeout_ms=join_timeout_ms,
+        quorum_tick_ms=quorum_tick_ms,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+    )
+    events.emit(
+        "lighthouse_ready",
+        address=server.address(),
+        min_replicas=min_replicas,
+        join_timeout_ms=join_timeout_ms,
+        quorum_tick_ms=quorum_tick_ms,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+    )
     publish(addr_file, server.address())
     while True:
         signal.pause()
@@ -94,4 +110,3 @@ def parse_quorum_line(line: str) -> dict[str, Any] | None:
         return None
     members = sorted({m.split(":")[0] for m in _REPLICA_ID.findall(line)})
     return {"gen": int(match.group(1)), "participants": members, "world_size": len(members)}
-

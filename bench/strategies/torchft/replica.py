@@ -70,30 +70,43 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
     td = datetime.timedelta
     store = store_client(spec)
     lighthouse = store.get(LIGHTHOUSE_KEY).decode()
-    workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size,
-                                             device=device(spec))
+    workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size, device=device(spec))
     version = torchft_version()
     workaround = ddp_workaround_needed(version, params.ddp_workaround)
 
     # The replica group's own store (torchrun's agent hosts it in a real job); group rank 0
     # of the quorum's first member also serves the process-group rendezvous from it.
-    group_store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
-                                timeout=td(seconds=spec.wait_s))
+    group_store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, timeout=td(seconds=spec.wait_s))
     pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
     pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
     transport = TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0)
     manager = StampingManager(
-        pg=pg, load_state_dict=workload.load_state_dict, state_dict=workload.state_dict,
-        min_replica_size=params.min_replica_size, timeout=td(seconds=params.timeout_s),
-        quorum_timeout=td(seconds=params.quorum_timeout_s), connect_timeout=td(seconds=params.connect_timeout_s),
-        rank=0, world_size=1, store_addr="127.0.0.1", store_port=group_store.port,
-        lighthouse_addr=lighthouse, replica_id=f"replica_{spec.rank}", checkpoint_transport=transport,
+        pg=pg,
+        load_state_dict=workload.load_state_dict,
+        state_dict=workload.state_dict,
+        min_replica_size=params.min_replica_size,
+        timeout=td(seconds=params.timeout_s),
+        quorum_timeout=td(seconds=params.quorum_timeout_s),
+        connect_timeout=td(seconds=params.connect_timeout_s),
+        rank=0,
+        world_size=1,
+        store_addr="127.0.0.1",
+        store_port=group_store.port,
+        lighthouse_addr=lighthouse,
+        replica_id=f"replica_{spec.rank}",
+        checkpoint_transport=transport,
         init_sync=params.init_sync,
     )
     model = ddp_class(workaround)(manager, workload.model)
     optimizer = OptimizerWrapper(manager, workload.opt)
-    events.emit("ft_ready", torchft=version[1] if version else None, ddp_workaround=workaround,
-                replica_id=f"replica_{spec.rank}", pg_timeout_s=wl.pg_timeout_s, backend=spec.backend)
+    events.emit(
+        "ft_ready",
+        torchft=version[1] if version else None,
+        ddp_workaround=workaround,
+        replica_id=f"replica_{spec.rank}",
+        pg_timeout_s=wl.pg_timeout_s,
+        backend=spec.backend,
+    )
     if spec.role == "initial":
         _start_barrier(store, len(spec.members), spec.wait_s)
     try:
@@ -102,8 +115,9 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
         manager.shutdown(wait=False)
 
 
-def _train(spec: RankSpec, events: EventWriter, manager: Any, model: torch.nn.Module, optimizer: Any,
-           workload: Any) -> int:
+def _train(
+    spec: RankSpec, events: EventWriter, manager: Any, model: torch.nn.Module, optimizer: Any, workload: Any
+) -> int:
     """The training loop: one iteration per quorum, committed or discarded."""
     steps = spec.workload.steps
     gen = -1
@@ -134,8 +148,16 @@ def _train(spec: RankSpec, events: EventWriter, manager: Any, model: torch.nn.Mo
         if manager.current_step() == step:
             failing = False
             share = float(sq.item()) / workload.global_batch if rank is not None else 0.0
-            events.emit("step_end", step=step, step_s=time.perf_counter() - start, gen=gen, world_size=n,
-                        group_rank=-1 if rank is None else rank, loss_share=share, participating=rank is not None)
+            events.emit(
+                "step_end",
+                step=step,
+                step_s=time.perf_counter() - start,
+                gen=gen,
+                world_size=n,
+                group_rank=-1 if rank is None else rank,
+                loss_share=share,
+                participating=rank is not None,
+            )
             continue
         t_err, message = manager.first_error or (time.monotonic_ns(), _first_line(manager.errored()))
         if message and not failing:
@@ -180,8 +202,9 @@ class TimedTransport(HTTPTransport):
         self.events = events
 
     def recv_checkpoint(self, src_rank: int, metadata: str, step: int, timeout: datetime.timedelta) -> Any:
-        self.events.emit("restore_start", how="peer", source=src_rank, step=step,
-                         thread=threading.current_thread().name)
+        self.events.emit(
+            "restore_start", how="peer", source=src_rank, step=step, thread=threading.current_thread().name
+        )
         state = super().recv_checkpoint(src_rank, metadata, step, timeout)
         leaves, _ = tree_flatten(state)
         size = sum(t.nbytes for t in leaves if isinstance(t, torch.Tensor))
@@ -208,12 +231,16 @@ class PatchedDistributedDataParallel(DistributedDataParallel):
         inner = getattr(fut, "_fut", None)
         # After an error the manager hands out a _DummyWork whose future is a plain,
         # already-completed one: return it as it is.
-        return fut if inner is None else inner
+        done: torch.futures.Future[torch.Tensor] = fut if inner is None else inner
+        return done
 
 
 # DDP checks a hook's annotations at run time; this module's are strings.
 PatchedDistributedDataParallel._comm_hook.__annotations__ = {
-    "state": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+    "state": object,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
 
 
 def _completed(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
@@ -232,5 +259,3 @@ def _start_barrier(store: Any, count: int, wait_s: float) -> None:
     if store.add("torchft/ready", 1) == count:
         store.set("torchft/go", "1")
     store.wait(["torchft/go"], datetime.timedelta(seconds=wait_s))
-
-

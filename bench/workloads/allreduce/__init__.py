@@ -17,7 +17,11 @@ class AllReduceParams:
     """Verify every result against the expected sum, so wrong data cannot pass unseen."""
 
 
-WORKLOADS.register(Plugin(
-    name="allreduce", params=AllReduceParams, impl="bench.workloads.allreduce.impl:AllReduceWorkload",
-    summary="loop of all_reduce; time, algbw and busbw as nccl-tests computes them",
-))
+WORKLOADS.register(
+    Plugin(
+        name="allreduce",
+        params=AllReduceParams,
+        impl="bench.workloads.allreduce.impl:AllReduceWorkload",
+        summary="loop of all_reduce; time, algbw and busbw as nccl-tests computes them",
+    )
+)

@@ -30,7 +30,11 @@ class DDPParams:
     (``how = "checksum"``) and, under reinit, repaired from a majority replica. 0: off."""
 
 
-WORKLOADS.register(Plugin(
-    name="ddp", params=DDPParams, impl="bench.workloads.ddp.impl:DDPWorkload",
-    summary="MLP trained with DistributedDataParallel on seeded synthetic data",
-))
+WORKLOADS.register(
+    Plugin(
+        name="ddp",
+        params=DDPParams,
+        impl="bench.workloads.ddp.impl:DDPWorkload",
+        summary="MLP trained with DistributedDataParallel on seeded synthetic data",
+    )
+)

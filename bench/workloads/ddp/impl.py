@@ -18,8 +18,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.rank.comm import Comm, CorruptionDetected
-from bench.workloads.ddp import DDPParams
 from bench.workloads.base import Workload
+from bench.workloads.ddp import DDPParams
 
 
 class DDPWorkload(Workload):
@@ -98,8 +98,11 @@ class DDPWorkload(Workload):
         majority, votes = Counter(values).most_common(1)[0]
         if votes != len(values):
             bad = [i for i, v in enumerate(values) if v != majority]
-            raise CorruptionDetected(f"parameter checksums differ: group ranks {bad} disagree with the majority",
-                                     source=values.index(majority), bad=bad)
+            raise CorruptionDetected(
+                f"parameter checksums differ: group ranks {bad} disagree with the majority",
+                source=values.index(majority),
+                bad=bad,
+            )
 
     def _l1(self) -> float:
         return float(sum(p.detach().double().abs().sum() for p in self.model.parameters()))

@@ -1,0 +1,34 @@
+"""giveup's rank side: one group for the job; the first failure ends the rank."""
+
+from __future__ import annotations
+
+import datetime
+
+import torch.distributed as dist
+
+from bench.rank.comm import CollectiveError, Comm
+from bench.rank.entry import store_client
+from bench.rank.policy import Position, RankPolicy, World
+from bench.workloads.base import Workload
+from tests.plugins.giveup import GiveUpParams
+
+
+class GiveUp(RankPolicy):
+    def start(self, workload: Workload) -> Position:
+        spec = self.spec
+        world = World(gen=0, members=spec.members, me=spec.rank)
+        dist.init_process_group(
+            spec.backend,
+            store=dist.PrefixStore("pg0", store_client(spec)),
+            rank=world.group_rank,
+            world_size=world.size,
+            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
+        )
+        comm = Comm(group_rank=world.group_rank, group_size=world.size, backend=spec.backend, hooks=self.hooks)
+        workload.attach(comm)
+        return Position(world=world, comm=comm, step=1, committed=0)
+
+    def on_failure(self, pos: Position, err: CollectiveError, workload: Workload) -> int:
+        params: GiveUpParams = self.spec.recovery.params
+        self.events.emit("gave_up", step=pos.step, how=err.how)
+        return params.exit_code
