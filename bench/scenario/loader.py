@@ -22,15 +22,7 @@ from typing import Any, TypeVar
 from bench.scenario import figures
 from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, to_dict
 from bench.scenario.faults import FAULTS, FaultSpec, check_fault
-from bench.scenario.model import (
-    GateSpec,
-    LaunchSpec,
-    MeasureSpec,
-    Point,
-    RecoverySpec,
-    Scenario,
-    WorkloadSpec,
-)
+from bench.scenario.model import GateSpec, LaunchSpec, MeasureSpec, Point, RecoverySpec, Scenario, WorkloadSpec
 from bench.scenario.overrides import flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
 from bench.strategies import STRATEGIES

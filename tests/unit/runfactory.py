@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.results.writer import STEP_COLUMNS
+
 FIGS = ("ttd_s", "ttd_all_s", "ttr_s", "downtime_s", "steps_lost", "goodput", "degraded_step_ratio", "loss_delta")
 PHASES = ("phase_detect_s", "phase_isolate_s", "phase_reconfigure_s", "phase_restore_s", "phase_catchup_s")
 
@@ -135,26 +137,6 @@ def write_run(
     }
     (path / "run.json").write_text(json.dumps(info, indent=2))
     return path
-
-
-STEP_COLUMNS = (
-    "point_hash",
-    "label",
-    "trial",
-    "reference",
-    "rank",
-    "pid",
-    "gen",
-    "step",
-    "t_s",
-    "step_s",
-    "world_size",
-    "group_rank",
-    "loss",
-    "loss_share",
-    "algbw_gbps",
-    "busbw_gbps",
-)
 
 
 def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any], is_reference: bool = False) -> None:
