@@ -13,6 +13,11 @@ unit:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest tests/unit -q
 
+bench:
+	@tools/bootstrap.sh --test
+	@mkdir -p results
+	.venv/bin/python -m pytest tests/bench -s -o addopts="-ra" --benchmark-enable --benchmark-json=results/benchmarks.json
+
 lint:
 	@tools/bootstrap.sh --test
 	.venv/bin/ruff check bench injectors tests

@@ -75,8 +75,14 @@ def list_cmd() -> None:
     width = max((len(n) for n, _ in rows), default=0)
     for name, description in rows:
         click.echo(f"  {name:<{width}}  {description}")
-    for title, registry in (("workloads", WORKLOADS), ("faults", FAULTS), ("strategies", STRATEGIES)):
+    for title, registry in (("workloads", WORKLOADS), ("faults", FAULTS)):
         _list_registry(title, registry)
+    click.echo("strategies:")
+    width = max(len(n) for n in STRATEGIES.names())
+    for name in STRATEGIES.names():
+        s = STRATEGIES[name]
+        kind = "ftbench's own recovery design" if s.own_design else "stock stack, observed, not replaced"
+        click.echo(f"  {name:<{width}}  {s.summary}\n  {'':<{width}}    runs {s.stack} [{kind}]")
 
 
 def _list_registry(title: str, registry: Registry[Any]) -> None:
@@ -399,6 +405,73 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
 
     dest = save_baseline(_run(run_dir), name, root)
     click.echo(f"baseline: {dest}")
+
+
+@cli.command()
+@click.option(
+    "--case",
+    "cases",
+    multiple=True,
+    metavar="CASE",
+    help="kill-ddp, kill-allreduce or stall-ddp (repeatable; default: all three).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(min=2),
+    default=15,
+    show_default=True,
+    help="Trials per case and path (bare and ftbench, interleaved).",
+)
+@click.option(
+    "--tolerance-ms",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Absolute part of the tolerance on the difference of medians.",
+)
+@click.option(
+    "--tolerance-rel",
+    type=click.FloatRange(min=0),
+    default=0.10,
+    show_default=True,
+    help="Relative part (of the bare median); the larger of the two applies.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Base directory of results (the run goes to OUT/calibrate/).",
+)
+@_errors
+def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, tolerance_rel: float, out: Path) -> None:
+    """Check ftbench's detection figures against a bare torch.distributed loop on this
+    machine: exit 0 if every median is within the tolerance, 1 if one is not."""
+    from bench.calibrate.cases import BY_NAME, CASES
+    from bench.calibrate.session import Tolerance, format_table
+    from bench.calibrate.session import calibrate as run_calibration
+
+    for name in cases:
+        if name not in BY_NAME:
+            raise ConfigError("--case", "", f"one of {', '.join(BY_NAME)}", name)
+    chosen = [BY_NAME[n] for n in cases] if cases else list(CASES)
+    tolerance = Tolerance(abs_s=tolerance_ms / 1e3, rel=tolerance_rel)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        report = run_calibration(
+            chosen,
+            trials=trials,
+            out=out,
+            tolerance=tolerance,
+            argv=sys.argv,
+            progress=lambda line: click.echo(line, err=True),
+        )
+    except KeyboardInterrupt:
+        click.echo("\nftbench: calibration interrupted; the finished trials are kept.", err=True)
+        sys.exit(130)
+    click.echo(format_table(report, tolerance))
+    click.echo(f"results: {report.rundir.path}")
+    sys.exit(0 if report.comparisons and all(c.ok for c in report.comparisons) else 1)
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ class FtbenchScenario:
                 vals = result.values(col)
                 if vals:
                     extra[f"median_{col}"] = median(vals)
-        _store(self._benchmark(), result.values(), extra)
+        store_rounds(self._benchmark(), result.values(), extra)
         return result
 
     def _benchmark(self) -> Any:
@@ -144,7 +144,7 @@ class FtbenchScenario:
             return None  # pytest-benchmark is not installed: run, return, store nothing
 
 
-def _store(benchmark: Any, values: list[float], extra: dict[str, Any]) -> None:
+def store_rounds(benchmark: Any, values: list[float], extra: dict[str, Any]) -> None:
     """Feed the values to pytest-benchmark as the rounds of this test's benchmark.
 
     pytest-benchmark has no public call for measurements taken elsewhere; this uses the

@@ -12,6 +12,8 @@ clause, the first thing it does), and ``done`` with its step times if training e
 
     python bare_rank.py --out OUT --store HOST:PORT --rank R --world-size N \
         --workload ddp|allreduce --steps S --warmup W --timeout-s T [--backend gloo]
+
+``ValueError`` (a wrong result) is not a collective failure: it is not caught.
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ def _line(out: str, **fields: object) -> None:
 
 def _allreduce(rank: int, size: int, nbytes: int):  # type: ignore[no-untyped-def]
     buf = torch.empty(max(1, nbytes // 4), dtype=torch.float32)
+    expected = size * (size + 1) / 2
 
     def step(_i: int) -> None:
         buf.fill_(float(rank + 1))
         dist.all_reduce(buf)
+        if int((buf != expected).sum().item()):  # every result checked, as ftbench's workload does
+            raise ValueError("all_reduce result is wrong")
 
     return step
 
@@ -56,14 +61,16 @@ def _ddp(rank: int, size: int, seed: int, batch_per_rank: int):  # type: ignore[
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
 
     def step(i: int) -> None:
+        # The same batch, loss and update as ftbench's ddp workload computes.
         g = torch.Generator().manual_seed(seed * 1_000_003 + i)
         x = torch.randn(size * batch_per_rank, 64, generator=g)
         y = x @ teacher + 0.1 * torch.randn(size * batch_per_rank, 1, generator=g)
         lo, hi = rank * batch_per_rank, (rank + 1) * batch_per_rank
-        opt.zero_grad()
-        loss = ((ddp(x[lo:hi]) - y[lo:hi]) ** 2).mean()
-        loss.backward()
+        opt.zero_grad(set_to_none=False)
+        loss = ((ddp(x[lo:hi]) - y[lo:hi]) ** 2).sum() / (size * batch_per_rank)
+        (loss * size).backward()
         opt.step()
+        loss.item()
 
     return step
 
@@ -98,7 +105,7 @@ def main() -> int:
         start = time.perf_counter()
         try:
             step(i)
-        except Exception as err:
+        except RuntimeError as err:  # what torch.distributed raises (DistError included)
             t = time.monotonic_ns()
             _line(a.out, event="raised", t=t, rank=a.rank, step=i, error=str(err)[:300])
             os._exit(1)

@@ -39,6 +39,9 @@ class ProcessHost:
 
     def __init__(self) -> None:
         self.run_id = uuid.uuid4().hex[:16]
+        # multiprocessing's resource tracker serves the harness process for its whole life
+        # (it exits with it): started before the marker, it is not one of the run's.
+        multiprocessing.resource_tracker.ensure_running()
         os.environ[MARKER] = self.run_id
         self.guard = subprocess.Popen(
             [sys.executable, "-m", "bench.procs.guard", self.run_id, str(os.getpid())],
@@ -63,9 +66,6 @@ class ProcessHost:
     def infrastructure(self) -> set[int]:
         """Pids that outlive trials: the guard and the forkserver."""
         pids = {self.guard.pid}
-        tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
-        if tracker:
-            pids.add(tracker)
         fs_pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
         if "forkserver" in self._contexts and fs_pid:
             pids.add(fs_pid)

@@ -1,37 +1,37 @@
-"""Guarded collectives: every collective of a workload goes through :class:`Comm`.
+"""Collectives as workloads see them, and how their failures are named.
 
-Why not call ``dist.all_reduce`` directly? Two measured facts (docs/facts.md):
+A workload reduces through a :class:`Collectives`: for a stock strategy (fail-stop,
+torchrun restart) that is :class:`StockCollectives`, plain ``torch.distributed`` called
+the way users call it (blocking ``dist.all_reduce``; DDP with its built-in reducer).
+ftbench interposes only where a rank-side fault must sit (a hang, a straggler, a bit
+flip inside a collective), and then as thinly as it can: a wrapper around
+``dist.all_reduce``, or for DDP a communication hook that calls the stock all-reduce
+hook. Which interposer is active is recorded with every trial (``interposer``).
+A strategy that is itself a recovery design brings its own layer (reinit's abortable
+collectives, ``bench/strategies/reinit/collectives.py``).
 
-- A survivor blocked in gloo on *another survivor* is not told that a third rank died;
-  it waits for the process-group timeout. An in-process recovery therefore needs an
-  out-of-band abort that reaches every rank at once.
-- ``pg.abort()`` does not unblock a pending gloo collective.
-
-So a collective is issued asynchronously and its caller waits on a future of ours.
-That future completes when the collective does, or fails as soon as the abort key of
-the current generation appears in the store (watched by a thread with its own store
-connection, blocked in ``TCPStore.wait``: no polling). DDP's reducer waits on the same
-futures through a communication hook that calls :meth:`Comm.all_reduce_async` (it must
-*sum*: workloads pre-scale their losses), so an abort also unblocks ``backward()``.
-
-Strategies without out-of-band abort (fail-stop) use the same path without the
-watcher, so every strategy pays the same per-collective overhead.
+Failures are named from their messages (gloo raises plain ``RuntimeError`` for
+everything) and from where the user's code saw them: the exception out of
+``backward()``, ``all_reduce()`` or ``wait()`` (``site``).
 """
 
 from __future__ import annotations
 
-import datetime
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from injectors.rankside import INJECTED_TAG
 
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+
 ABORT_TAG = "ftbench-abort"
+"""What reinit's out-of-band abort writes into the errors it raises."""
 
 #: (message fragment, how) in order; the first match names how a failure was detected.
 _PATTERNS: tuple[tuple[str, str], ...] = (
@@ -51,8 +51,7 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 def classify(message: str) -> str:
-    """Name the way a collective failed, from its message (gloo raises plain
-    ``RuntimeError`` for everything, so the text is all there is)."""
+    """Name the way a collective failed, from its message."""
     for fragment, how in _PATTERNS:
         if fragment in message:
             return how
@@ -60,11 +59,14 @@ def classify(message: str) -> str:
 
 
 class CollectiveError(RuntimeError):
-    """A collective failed; ``how`` says how it was noticed (see :func:`classify`)."""
+    """A collective failed; ``how`` says how it was noticed (see :func:`classify`),
+    ``site`` the call that raised it in the user's code (``backward``, ``all_reduce``,
+    ``wait``), where known."""
 
-    def __init__(self, message: str, how: str | None = None) -> None:
+    def __init__(self, message: str, how: str | None = None, *, site: str = "") -> None:
         super().__init__(message)
         self.how = how or classify(message)
+        self.site = site
 
 
 class CorruptionDetected(CollectiveError):
@@ -72,9 +74,20 @@ class CorruptionDetected(CollectiveError):
     collective), along with a group rank whose state the majority shares."""
 
     def __init__(self, message: str, *, source: int, bad: list[int]) -> None:
-        super().__init__(message, "checksum")
+        super().__init__(message, "checksum", site="all_reduce")
         self.source = source
         self.bad = bad
+
+
+@contextlib.contextmanager
+def site(name: str) -> Iterator[None]:
+    """Label a failure that escapes this block with the call it came out of."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if not getattr(exc, "site", ""):
+            exc.site = name  # type: ignore[attr-defined]
+        raise
 
 
 class Hook(Protocol):
@@ -85,131 +98,90 @@ class Hook(Protocol):
     def after(self, tensor: torch.Tensor) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Watch:
-    """Where the abort key of a generation lives."""
+class Collectives(Protocol):
+    """What a workload reduces through, whichever strategy made the group."""
 
-    store: Any
-    """A store client used by the watcher thread only (a blocking wait holds its socket)."""
-    key: str
-    timeout_s: float
+    group_rank: int
+    group_size: int
+
+    @property
+    def averages(self) -> bool:
+        """Whether DDP's gradient reduction averages over the group (stock) or sums."""
+
+    @property
+    def interposer(self) -> str:
+        """What ftbench put in the collective path: ``none`` when the stack runs as shipped."""
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        """Sum ``tensor`` over the group in place."""
+
+    def attach_ddp(self, ddp: DistributedDataParallel) -> None:
+        """Install what this layer needs on a new DDP wrapper (nothing, for stock)."""
+
+    def as_failure(self, exc: BaseException) -> CollectiveError | None:
+        """The exception as a collective failure, or ``None`` if it is something else."""
 
 
-class Comm:
-    """Collectives of one process-group generation, abortable through the store."""
+class StockCollectives:
+    """Plain ``torch.distributed``: blocking ``dist.all_reduce`` and DDP's own reducer,
+    with a thin interposer only when rank-side faults (or ``launch.interposer =
+    "always"``, to measure its cost) need one."""
+
+    averages = True
 
     def __init__(
-        self, *, group_rank: int, group_size: int, backend: str, watch: Watch | None = None, hooks: Sequence[Hook] = ()
+        self, *, group_rank: int, group_size: int, hooks: Sequence[Hook] = (), interpose: bool = False
     ) -> None:
         self.group_rank = group_rank
         self.group_size = group_size
-        self.backend = backend
         self.hooks = list(hooks)
-        self._lock = threading.Lock()
-        self._pending: set[torch.futures.Future[torch.Tensor]] = set()
-        self._aborted: str | None = None
-        self._failed = False
-        if watch is not None:
-            threading.Thread(target=self._watch, args=(watch,), daemon=True, name="ftbench-abort-watch").start()
+        self.interpose = interpose or bool(self.hooks)
+        self._ddp = False
 
     @property
-    def aborted(self) -> str | None:
-        return self._aborted
-
-    @property
-    def failed(self) -> bool:
-        """True once any collective of this generation failed or was aborted."""
-        return self._failed
-
-    def as_failure(self, exc: BaseException) -> CollectiveError | None:
-        """The exception as a collective failure, or ``None`` if it is something else.
-
-        DDP's reducer re-raises a failed hook future as a plain ``RuntimeError``; what
-        tells it apart from a bug is that one of our collectives did fail.
-        """
-        if isinstance(exc, CollectiveError):
-            return exc
-        if isinstance(exc, RuntimeError) and self._failed:
-            return CollectiveError(str(exc))
-        return None
+    def interposer(self) -> str:
+        if not self.interpose:
+            return "none"
+        return "ddp-comm-hook" if self._ddp else "all_reduce-wrapper"
 
     def all_reduce(self, tensor: torch.Tensor) -> None:
-        """Sum ``tensor`` over the group in place; raise :class:`CollectiveError` on failure."""
-        fut = self.all_reduce_async(tensor)
-        try:
-            fut.wait()
-        except CollectiveError:
-            raise
-        except Exception as err:  # torch wraps the future's exception
-            raise CollectiveError(str(err)) from err
+        for hook in self.hooks:
+            hook.before(tensor)
+        with site("all_reduce"):
+            dist.all_reduce(tensor)
+        for hook in self.hooks:
+            hook.after(tensor)
 
-    def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
-        out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        with self._lock:
-            if self._aborted is not None:
-                _fail(out, CollectiveError(self._aborted, "peer_abort"))
-                return out
-            self._pending.add(out)
-        try:
+    def attach_ddp(self, ddp: DistributedDataParallel) -> None:
+        self._ddp = True
+        if self.interpose:
+            # A lambda: DDP checks a hook's annotations at run time, and this module's are strings.
+            ddp.register_comm_hook(None, lambda _state, bucket: self._ddp_hook(bucket))
+
+    def _ddp_hook(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        """The stock all-reduce hook (average over the group), with the fault hooks
+        around it."""
+        for hook in self.hooks:
+            hook.before(bucket.buffer())
+        fut = default_hooks.allreduce_hook(dist.group.WORLD, bucket)  # type: ignore[arg-type]
+        if not self.hooks:
+            return fut
+
+        def after(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            tensor = f.value()
             for hook in self.hooks:
-                hook.before(tensor)
-            work = dist.all_reduce(tensor, async_op=True)
-        except Exception as err:  # an injected failure, or gloo refusing: a peer is gone
-            self._finish(out, error=err)
-            return out
+                hook.after(tensor)
+            return tensor
 
-        def done(f: torch.futures.Future[torch.Tensor]) -> None:
-            try:
-                f.value()
-                for hook in self.hooks:
-                    hook.after(tensor)
-            except Exception as err:
-                self._finish(out, error=err)
-            else:
-                self._finish(out, value=tensor)
+        return fut.then(after)
 
-        work.get_future().add_done_callback(done)
-        return out
-
-    def abort(self, reason: str) -> None:
-        """Fail every pending and future collective of this generation."""
-        with self._lock:
-            self._failed = True
-            if self._aborted is None:
-                self._aborted = reason
-            pending, self._pending = self._pending, set()
-        for fut in pending:
-            if not fut.done():
-                _fail(fut, CollectiveError(reason, "peer_abort"))
-        if self.backend == "nccl":
-            # NCCL kernels keep the stream busy until the communicator is aborted (gloo
-            # has no such call that works: docs/facts.md). Untested here: no GPU.
-            abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
-            if abort is not None:
-                abort()
-
-    def _finish(
-        self, out: torch.futures.Future[torch.Tensor], *, value: Any = None, error: BaseException | None = None
-    ) -> None:
-        with self._lock:
-            if out not in self._pending:
-                return  # already failed by an abort
-            self._pending.discard(out)
-            self._failed = self._failed or error is not None
-        if error is not None:
-            _fail(out, CollectiveError(str(error)))
-        else:
-            out.set_result(value)
-
-    def _watch(self, watch: Watch) -> None:
-        try:
-            watch.store.wait([watch.key], datetime.timedelta(seconds=watch.timeout_s))
-            reason = watch.store.get(watch.key).decode(errors="replace")
-        except Exception:
-            return  # the watch timed out (trial deadline) or the store is gone
-        self.abort(f"{ABORT_TAG}: {reason}")
-
-
-def _fail(fut: torch.futures.Future[torch.Tensor], error: CollectiveError) -> None:
-    # torch types set_exception's argument as the future's value type; it takes an exception.
-    fut.set_exception(error)  # type: ignore[arg-type]
+    def as_failure(self, exc: BaseException) -> CollectiveError | None:
+        """A collective error by its type (NCCL's DistError) or its message (gloo's
+        RuntimeError); any other exception is a bug, and crashes the rank."""
+        if isinstance(exc, CollectiveError):
+            return exc
+        if isinstance(exc, RuntimeError):
+            message = str(exc)
+            if isinstance(exc, dist.DistError) or classify(message) != "error":
+                return CollectiveError(message, site=getattr(exc, "site", ""))
+        return None

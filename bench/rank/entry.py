@@ -79,6 +79,9 @@ class RankSpec:
     role: str = "initial"
     hooks: tuple[HookSpec, ...] = ()
     """Rank-side fault hooks (none in a fault-free reference trial)."""
+    interpose: bool = False
+    """Put the thin fault interposer in the collective path even without rank-side
+    faults (``launch.interposer = "always"``: to measure what it costs)."""
     checkpoint_dir: str = ""
     """Where a strategy that checkpoints to disk keeps its checkpoint (the trial's directory)."""
     netns: str = ""

@@ -41,7 +41,9 @@ def train(spec: RankSpec, events: EventWriter) -> int:
     pos = policy.start(workload)
     if pos is None:
         return 0
-    events.emit("train_start", gen=pos.world.gen, world_size=pos.world.size, step=pos.step)
+    events.emit(
+        "train_start", gen=pos.world.gen, world_size=pos.world.size, step=pos.step, interposer=pos.comm.interposer
+    )
     while pos.step <= wl.steps:
         started = time.perf_counter()
         try:
@@ -50,7 +52,14 @@ def train(spec: RankSpec, events: EventWriter) -> int:
             err = pos.comm.as_failure(exc)
             if err is None:
                 raise
-            events.emit("detect", how=err.how, error=str(err)[:300], gen=pos.world.gen, step=pos.step)
+            events.emit(
+                "detect",
+                how=err.how,
+                site=err.site or getattr(exc, "site", ""),
+                error=str(err)[:300],
+                gen=pos.world.gen,
+                step=pos.step,
+            )
             answer = policy.on_failure(pos, err, workload)
         else:
             world = pos.world

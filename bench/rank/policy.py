@@ -1,7 +1,7 @@
 """What a strategy decides inside a rank: the contract between the loop and a strategy.
 
 The training loop (:mod:`bench.rank.loop`) knows nothing of recovery. It runs steps
-over the :class:`~bench.rank.comm.Comm` the policy hands it, and asks the policy at
+over the :class:`~bench.rank.comm.Collectives` the policy hands it, and asks the policy at
 three moments: how to form the first world (:meth:`RankPolicy.start`), what to do with
 a failed step (:meth:`RankPolicy.on_failure`) and whether anything happens between two
 steps (:meth:`RankPolicy.after_step`: a checkpoint, a growth of the world). A policy
@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.rank.comm import CollectiveError, Comm, Hook
+from bench.rank.comm import CollectiveError, Collectives, Hook
 from bench.rank.entry import RankSpec
 from bench.results.events import EventWriter
 from bench.workloads.base import Workload
@@ -43,7 +43,7 @@ class Position:
     """Where the loop stands: the world, its collectives, the next step to run."""
 
     world: World
-    comm: Comm
+    comm: Collectives
     step: int
     """The next step to run (1-based)."""
     committed: int

@@ -85,6 +85,7 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     )
     rep.add("h2", "Summary")
     rep.add("table", table=tables.summary(series))
+    _calibration(rep, runs)
     _distributions(rep, series, plot_dir)
     _phases(rep, series, plot_dir)
     _timelines(rep, series, plot_dir)
@@ -101,6 +102,25 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     page = out / "report.html"
     page.write_text(render_html(rep, f"ftbench report: {names}"))
     return ReportFiles(markdown=md, html=page, images=rep.images)
+
+
+def _calibration(rep: Report, runs: list[Run]) -> None:
+    """A calibration run's verdict: ftbench against the bare torch.distributed loop."""
+    for run in runs:
+        cal = run.info.get("calibration")
+        if not cal:
+            continue
+        tol = cal.get("tolerance", {})
+        rep.add("h2", "Calibration against bare torch.distributed")
+        rep.add(
+            "p",
+            "The same fault and configuration through ftbench (`path=ftbench`, the stock fail-stop "
+            "strategy) and through a bare torch.distributed loop with no ftbench code in its ranks "
+            "(`path=bare`), interleaved. `diff` is the difference of the medians (ftbench - bare) with a "
+            f"bootstrap 95 % interval; the tolerance is max({tol.get('abs_s', 0) * 1e3:g} ms, "
+            f"{tol.get('rel', 0):.0%} of the bare median).",
+        )
+        rep.add("table", table=tables.calibration(cal))
 
 
 def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:

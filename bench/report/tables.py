@@ -172,3 +172,32 @@ def _md(text: str) -> str:
 
 def escape(text: str) -> str:
     return html.escape(text)
+
+
+def calibration(cal: dict[str, Any]) -> pd.DataFrame:
+    """One row per case and survivor, and one per instrument probe."""
+    rows = []
+    for c in cal.get("comparisons", []):
+        rows.append(
+            {
+                "case": c["case"],
+                "survivor": c["figure"],
+                "n": min(c["n_bare"], c["n_ftbench"]),
+                "bare": seconds(c["bare_median_s"]),
+                "ftbench": seconds(c["ftbench_median_s"]),
+                "diff": seconds(c["diff_s"]),
+                "95 % CI of diff": f"[{seconds(c['ci_low_s'])}, {seconds(c['ci_high_s'])}]",
+                "tolerance": seconds(c["tolerance_s"]),
+                "verdict": "ok" if c["ok"] else "OUT OF BOUNDS",
+            }
+        )
+    for name, p in (cal.get("probes") or {}).items():
+        rows.append(
+            {
+                "case": f"probe: {name.replace('_', ' ')}",
+                "n": p["n"],
+                "bare": "",
+                "ftbench": f"median {seconds(p['median_s'])}, max {seconds(p['max_s'])}",
+            }
+        )
+    return pd.DataFrame(rows)

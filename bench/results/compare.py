@@ -210,7 +210,10 @@ def compare_pair(base: Run, cand: Run, pair: Pair, metric: str, opts: GateOption
 
 
 def _direction(metric: str, b: float, c: float, opts: GateOptions) -> int:
-    """+1 if the candidate is worse past factor and floor, -1 if better, 0 otherwise."""
+    """+1 if the candidate is worse past factor and floor, -1 if better, 0 otherwise
+    (always 0 for a figure with no better side, such as loss_delta)."""
+    if figures.figure(metric).better == "neither":
+        return 0
     worse_up = not figures.higher_is_better(metric)
     hi, lo = (c, b) if worse_up else (b, c)  # the side that would be worse if larger
     if hi > opts.factor * lo and hi - lo > opts.floor_s:

@@ -5,8 +5,18 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
 - ``ttd_s``: first ``detect`` by any surviving process (rank, supervisor, agent,
   lighthouse) minus ``inject``. Detections by the fault's own victims (a stalled rank
   that wakes up) do not count: they are not the system noticing.
+- ``ttd_rank_s``: the first ``detect`` of a surviving rank (the user's training code
+  seeing the exception) minus ``inject``: what a bare torch.distributed loop can see.
+- ``ttd_rank_s``: the first ``detect`` of a surviving rank (the user's training code
+  seeing the exception) minus ``inject``: what a bare torch.distributed loop can see.
 - ``ttd_all_s``: the last surviving rank's first ``detect`` minus ``inject``; empty if
   some surviving rank never detected.
+- ``inject_phase``: time since the victims' last ``step_end`` before the injection over
+  the fault-free median step time: where in the step the fault landed (a kill inside a
+  collective is seen at once, one between collectives only at the next).
+- ``inject_phase``: time since the victims' last ``step_end`` before the injection over
+  the fault-free median step time: where in the step the fault landed (a kill inside a
+  collective is seen at once, one between collectives only at the next).
 - ``ttr_s``: end of the first good step minus the first detect. A good step comes from
   the world formed after the fault (``gen`` at or past the first ``reconfigured``) and
   is past the last step committed before the detection, so replayed steps count as
@@ -98,6 +108,12 @@ class FaultFigures:
     error: str = ""
     mechanism: str = ""
     """How the fault was carried out (signal, rank-side hook, iptables, tbf, nfqueue...)."""
+    interposer: str = ""
+    """What ftbench had in the ranks' collective path (``none``: the stack as shipped)."""
+    detect_how: str = ""
+    """How the first detection happened (a gloo error's kind, timeout, exit, quorum_drop...)."""
+    detect_site: str = ""
+    """Where the first rank to detect saw it: ``backward``, ``all_reduce`` or ``wait``."""
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
@@ -106,10 +122,13 @@ class FaultFigures:
             "fault": self.kind,
             "target": self.target,
             "mechanism": self.mechanism,
+            "interposer": self.interposer,
             **self.figures,
             **self.phases,
             "outcome": self.outcome,
             "error": self.error,
+            "detect_how": self.detect_how,
+            "detect_site": self.detect_site,
         }
 
 
@@ -276,6 +295,9 @@ class FaultWindow:
             # figures it did produce (a detection, say) are kept.
             outcome, error = "hung", "trial deadline reached; everything was killed" + (f" ({error})" if error else "")
         inj = self.inj
+        self.fig["inject_phase"] = self._inject_phase()
+        first = min(detects, key=lambda e: e["t"]) if detects else {}
+        first_rank = min((e for e in detects if e.get("src") == "rank"), key=lambda e: e["t"], default={})
         target = str(inj["component"]) if inj.get("component") else ",".join(map(str, sorted(self.victims)))
         return FaultFigures(
             fault=int(inj.get("fault", 0)),
@@ -286,7 +308,22 @@ class FaultWindow:
             figures=self.fig,
             phases=self.phase_fig,
             error=error,
+            interposer=self._interposer(),
+            detect_how=str(first.get("how", "")),
+            detect_site=str(first_rank.get("site", "")),
         )
+
+    def _inject_phase(self) -> float:
+        """Time since the victims' last step end, in fault-free steps (NaN without one)."""
+        ends = [e["t"] for e in self.pre_steps if int(e.get("rank", -1)) in self.victims]
+        if not ends or not self.trial.ff_step_s > 0:
+            return NAN
+        return _s(self.t0 - max(ends)) / self.trial.ff_step_s
+
+    def _interposer(self) -> str:
+        """What the ranks had in their collective path when the fault hit."""
+        starts = [e for e in self.trial.events if e["event"] == "train_start" and e["t"] <= self.t0]
+        return str(starts[-1].get("interposer", "")) if starts else ""
 
     def _by_victim(self, e: Event) -> bool:
         return e.get("src") == "rank" and int(e.get("rank", -1)) in self.victims
@@ -323,6 +360,8 @@ class FaultWindow:
         for e in detects:
             if e.get("src") == "rank" and int(e["rank"]) in survivors:
                 firsts.setdefault(int(e["rank"]), e["t"])
+        if firsts:
+            fig["ttd_rank_s"] = _s(min(firsts.values()) - self.t0)
         if survivors and set(firsts) == survivors:
             fig["ttd_all_s"] = _s(max(firsts.values()) - self.t0)
 

@@ -14,6 +14,7 @@ This module must not import torch: ranks write their first event before importin
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -51,38 +52,62 @@ class EventWriter:
 class EventTail:
     """Follows every ``*.jsonl`` file of a directory, returning only complete new lines.
 
-    The harness polls it to see steps, detections and process starts as they happen
-    (files appear as processes start, so the directory is re-listed on every poll).
+    The harness polls it every few milliseconds to see steps, detections and process
+    starts as they happen, on the same cores as the ranks, so a poll must cost little:
+    files stay open and are read from where the last read stopped (one ``read(2)`` per
+    file), and the directory is listed again (new processes, new files) only every
+    :data:`RELIST_S`. Close it when done.
     """
+
+    RELIST_S = 0.02
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, bytes] = {}
+        self._files: dict[str, int] = {}
+        """File name -> open descriptor, in name order."""
+        self._partial: dict[str, bytes] = {}
+        self._listed = -math.inf
 
     def poll(self) -> list[Event]:
+        now = time.monotonic()
+        if now - self._listed >= self.RELIST_S:
+            self._listed = now
+            self._relist()
         events: list[Event] = []
-        if not self.directory.is_dir():
-            return events
-        for path in sorted(self.directory.glob("*.jsonl")):
-            offset = self._offsets.get(path, 0)
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read()
-            except FileNotFoundError:
-                continue
+        for name, fd in self._files.items():
+            chunk = _read_all(fd)
             if not chunk:
                 continue
-            self._offsets[path] = offset + len(chunk)
-            data = self._partial.pop(path, b"") + chunk
-            lines = data.split(b"\n")
+            lines = (self._partial.pop(name, b"") + chunk).split(b"\n")
             if lines[-1]:
-                self._partial[path] = lines[-1]
-            for line in lines[:-1]:
-                if line.strip():
-                    events.append(json.loads(line))
+                self._partial[name] = lines[-1]
+            events.extend(json.loads(line) for line in lines[:-1] if line.strip())
         return events
+
+    def _relist(self) -> None:
+        try:
+            names = sorted(e.name for e in os.scandir(self.directory) if e.name.endswith(".jsonl"))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name not in self._files:
+                try:
+                    self._files[name] = os.open(self.directory / name, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+        self._files = dict(sorted(self._files.items()))
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        self._files = {}
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def read_events(directory: str | Path) -> list[Event]:

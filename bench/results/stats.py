@@ -257,3 +257,23 @@ def statistic(values: Sequence[float], stat: str) -> float:
     if stat == "median":
         return median(values)
     return percentile(values, float(stat[1:]))
+
+
+def median_difference_ci(
+    x: Sequence[float], y: Sequence[float], level: float = 0.95, resamples: int = 4000, seed: int = 0
+) -> Interval:
+    """Bootstrap (percentile) confidence interval of ``median(x) - median(y)``.
+
+    Both samples are resampled with replacement, independently, ``resamples`` times with a
+    seeded generator, so the same data always gives the same interval. ``coverage`` is the
+    nominal level; NaN bounds when a sample is empty.
+    """
+    import random
+
+    xs, ys = list(x), list(y)
+    if not xs or not ys:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    rng = random.Random(seed)
+    diffs = sorted(median(rng.choices(xs, k=len(xs))) - median(rng.choices(ys, k=len(ys))) for _ in range(resamples))
+    tail = (1 - level) / 2 * 100
+    return Interval(percentile(diffs, tail), percentile(diffs, 100 - tail), level, min(len(xs), len(ys)))

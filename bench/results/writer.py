@@ -39,11 +39,21 @@ ID_COLUMNS = (
     "fault_index",
     "target",
     "mechanism",
+    "interposer",
     "trial",
     "seed",
     "reference",
 )
-TAIL_COLUMNS = ("outcome", "error", "ff_step_s", "steps_done", *TRIAL_FIGURES, "trial_wall_s")
+TAIL_COLUMNS = (
+    "outcome",
+    "error",
+    "detect_how",
+    "detect_site",
+    "ff_step_s",
+    "steps_done",
+    *TRIAL_FIGURES,
+    "trial_wall_s",
+)
 STEP_COLUMNS = (
     "point_hash",
     "label",
@@ -133,13 +143,17 @@ class RunDir:
             if fh.tell() == 0:
                 writer.writeheader()
             writer.writerows(step_rows(point, trial, reference, events))
+        self.add_rows(rows)
+        return rows
+
+    def add_rows(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Append finished rows to the durable record, then rewrite trials.csv."""
         with open(self.trials_jsonl, "a") as fh:
             for row in rows:
                 fh.write(json.dumps(_jsonable(row)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         self.write_csv()
-        return rows
 
     @property
     def steps_csv(self) -> Path:

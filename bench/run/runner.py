@@ -121,9 +121,9 @@ class Session:
             if (point.point_hash, trial, False) in self.done:
                 continue
             result = run_trial(
-                _context(point, trial, self.host, self.rundir, backend, fault_free=False), reference=reference
+                context(point, trial, self.host, self.rundir, backend, fault_free=False), reference=reference
             )
-            _record(self.rundir, point, trial, backend, result, reference=False)
+            record(self.rundir, point, trial, backend, result, reference=False)
             self.progress(_progress_line(self.counter, self.total, point, trial, self.trials, result))
             if result.outcome == "interrupted":
                 raise KeyboardInterrupt
@@ -146,7 +146,7 @@ def _reference(
     """Run (or reuse) the point's fault-free reference trial, if the scenario asks for one."""
     if not point.scenario.measure.reference:
         return None
-    ctx = _context(point, 0, host, rundir, backend, fault_free=True)
+    ctx = context(point, 0, host, rundir, backend, fault_free=True)
     if (point.point_hash, 0, True) in done:
         from bench.results.derive import trial_facts
         from bench.results.events import read_events
@@ -154,7 +154,7 @@ def _reference(
         w = point.scenario.workload
         return trial_facts(read_events(ctx.events_dir), steps=w.steps, warmup_steps=w.warmup_steps)
     result = run_trial(ctx)
-    _record(rundir, point, 0, backend, result, reference=True)
+    record(rundir, point, 0, backend, result, reference=True)
     progress(
         f"  reference {point.label}: {result.faults[0].outcome}, median step "
         f"{result.facts.ff_step_s * 1e3:.2f} ms, final loss {result.facts.final_loss:.6g} "
@@ -190,7 +190,7 @@ def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress
     )
 
 
-def _context(
+def context(
     point: Point, trial: int, host: ProcessHost, rundir: RunDir, backend: str, *, fault_free: bool
 ) -> TrialContext:
     events_dir = rundir.events_dir(point, "reference" if fault_free else trial)
@@ -207,7 +207,7 @@ def _context(
     )
 
 
-def _record(rundir: RunDir, point: Point, trial: int, backend: str, result: TrialResult, *, reference: bool) -> None:
+def record(rundir: RunDir, point: Point, trial: int, backend: str, result: TrialResult, *, reference: bool) -> None:
     if result.outcome == "interrupted":
         return  # a trial cut short is not a measurement; --resume runs it again
     rundir.add_trial(

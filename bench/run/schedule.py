@@ -13,7 +13,9 @@ rank-side faults, whose hook records ``inject`` itself when it acts), ``fault_en
 from __future__ import annotations
 
 import random
+import statistics
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,8 @@ class TrialState:
     exited: set[int] = field(default_factory=set)
     max_step: int = 0
     first_step_t: int | None = None
+    step_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    """Recent step times (s) of every rank: what one step takes now."""
 
     def feed(self, e: Event) -> None:
         kind, src = e["event"], e.get("src")
@@ -44,8 +48,13 @@ class TrialState:
             self.exited.add(int(e["pid"]))
         elif kind == "step_end":
             self.max_step = max(self.max_step, int(e["step"]))
+            self.step_times.append(float(e.get("step_s", 0.0)))
             if self.first_step_t is None:
                 self.first_step_t = e["t"]
+
+    def step_s(self) -> float:
+        """The median of the recent step times (0 before the first step)."""
+        return statistics.median(self.step_times) if self.step_times else 0.0
 
     def live_ranks(self) -> list[int]:
         return sorted(r for r, pid in self.pids.items() if pid not in self.exited)
@@ -83,6 +92,9 @@ class ScheduledFault:
         self.fired = 0
         self.firings: list[Firing] = []
         self._last_step_seen = 0
+        self._fire_at: int | None = None
+        """When a firing whose trigger was met is due (later than the trigger with jitter)."""
+        self._jitter_s = 0.0
         trig = spec.trigger
         self._arrivals: list[float] = []
         if trig.mtbf_s is not None:
@@ -99,8 +111,21 @@ class ScheduledFault:
         for firing in self.firings:
             if firing.undo_at is not None and now >= firing.undo_at:
                 self._undo(firing, harness)
-        if self.fired < self.limit and self._due(state, now):
+        if self.fired >= self.limit:
+            return
+        if self._fire_at is None and self._due(state, now):
+            # jitter = "step": a uniform moment of the next step, so that injections land
+            # anywhere in it (inside a collective or between them), as real faults do.
+            jitter = self.rng.uniform(0.0, state.step_s()) if self.spec.trigger.jitter == "step" else 0.0
+            self._fire_at = now + int(jitter * 1e9)
+            self._jitter_s = jitter
+        if self._fire_at is not None and now >= self._fire_at:
+            self._fire_at = None
             self._fire(state, harness)
+
+    def busy(self) -> bool:
+        """Whether this fault still has to fire, or to be undone."""
+        return self.fired < self.limit or any(f.undo_at is not None for f in self.firings)
 
     def undo_all(self, harness: EventWriter) -> None:
         for firing in self.firings:
@@ -154,6 +179,7 @@ class ScheduledFault:
             ranks=ranks,
             pids=pids,
             step=state.max_step,
+            jitter_s=self._jitter_s,
             **({"component": component} if component else {}),
         )
         if not pids:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from bench.results.derive import FaultFigures, TrialFacts, fault_figures, trial_facts
 from bench.results.events import Event, EventTail, EventWriter, read_events
 from bench.run.schedule import ScheduledFault, TrialState
+from bench.run.watchdog import WatchdogLog
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
@@ -27,8 +28,13 @@ if TYPE_CHECKING:
     from injectors.link.netns import Topology
 
 TICK_S = 0.005
-"""Monitor period: bounds the lag of a trigger and of an undo, not any figure (figures
-come from timestamps taken where things happen)."""
+"""Monitor period while a fault is still to fire or to undo: it bounds the lag of a
+trigger and of an undo, not any figure (figures come from timestamps taken where things
+happen)."""
+IDLE_TICK_S = 0.05
+"""Monitor period once no fault has anything left to do (and in fault-free trials): the
+harness shares the cores with the ranks, so it wakes no more than it must. Process
+exits still wake it at once (it waits on their sentinels)."""
 
 
 @dataclass
@@ -61,10 +67,13 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         deadline_s=ctx.deadline_s,
     )
     outcome = "interrupted"
+    tail = EventTail(ctx.events_dir)
     try:
         job.start()
-        outcome = _drive(job, faults, EventTail(ctx.events_dir), harness, deadline=start + int(ctx.deadline_s * 1e9))
+        watchdog = WatchdogLog(ctx.events_dir, harness) if ctx.backend == "nccl" else None
+        outcome = _drive(job, faults, tail, harness, deadline=start + int(ctx.deadline_s * 1e9), watchdog=watchdog)
     finally:
+        tail.close()
         for fault in faults:
             fault.undo_all(harness)
         job.close()
@@ -98,16 +107,26 @@ def _schedule(ctx: TrialContext) -> list[ScheduledFault]:
     ]
 
 
-def _drive(job: Job, faults: list[ScheduledFault], tail: EventTail, harness: EventWriter, *, deadline: int) -> str:
+def _drive(
+    job: Job,
+    faults: list[ScheduledFault],
+    tail: EventTail,
+    harness: EventWriter,
+    *,
+    deadline: int,
+    watchdog: WatchdogLog | None,
+) -> str:
     """The driver loop: follow the events, fire and undo faults, let the job reap; how it ended."""
     state = TrialState()
     while True:
         for e in tail.poll():
             state.feed(e)
+        if watchdog is not None:
+            watchdog.poll()
         now = time.monotonic_ns()
         for fault in faults:
             fault.poll(state, now, harness)
-        if job.poll(TICK_S):
+        if job.poll(TICK_S if any(f.busy() for f in faults) else IDLE_TICK_S):
             return "ended"
         if time.monotonic_ns() > deadline:
             return "hung"

@@ -42,6 +42,13 @@ FIGURES: tuple[Figure, ...] = (
         meaning="first detection by a surviving process (a rank, an agent, the lighthouse) minus the injection",
     ),
     Figure(
+        name="ttd_rank_s",
+        unit="s",
+        better="lower",
+        meaning="first detection by a surviving rank (an exception out of backward(), all_reduce() or wait() in its "
+        "training loop) minus the injection",
+    ),
+    Figure(
         name="ttd_all_s",
         unit="s",
         better="lower",
@@ -92,6 +99,13 @@ FIGURES: tuple[Figure, ...] = (
         meaning="the longest state transfer of the recovery (from disk or from a peer)",
     ),
     Figure(name="restore_bytes", unit="bytes", better="lower", meaning="the size of that transfer"),
+    Figure(
+        name="inject_phase",
+        unit="ratio",
+        better="neither",
+        meaning="where in the step the fault landed: time since the victim's last step end / fault-free median step "
+        "time",
+    ),
     Figure(
         name="checkpoint_s",
         unit="s",

@@ -59,10 +59,13 @@ class MeasureSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchSpec:
-    start_method: Literal["forkserver", "spawn"] = "forkserver"
-    """How the local launcher starts ranks. ``forkserver`` forks them from a process
-    that already imported torch (tens of ms); ``spawn`` starts fresh interpreters and
-    pays the import (seconds) like a cold job would."""
+    start_method: Literal["auto", "forkserver", "spawn"] = "auto"
+    """How ftbench's launcher starts ranks. ``spawn``: fresh interpreters, as a job's own
+    launcher starts them (each pays the torch import). ``forkserver``: forked from a
+    process that already imported torch (tens of milliseconds), which also makes a
+    SIGKILLed rank vanish sooner (measured: 5.7 ms instead of 14 ms, so its peers see
+    its sockets close earlier; docs/facts.md). ``auto``: what the strategy declares:
+    spawn for the stock stacks, forkserver where warm spares are part of the design."""
     network: Literal["auto", "loopback", "namespaces"] = "auto"
     """``namespaces``: every host in a network namespace of its own, linked through a
     bridge (needed by link faults; root only). ``auto``: namespaces when a link fault
@@ -72,6 +75,10 @@ class LaunchSpec:
     MTU-sized packets, as on a wire (per-packet loss and corruption then mean what they
     say), at the price of a slower clean link. Off: 64 KiB super-packets, as with a
     NIC doing TSO (netem on such a host behaves the same)."""
+    interposer: Literal["auto", "always"] = "auto"
+    """``auto``: a stock strategy's collectives run as shipped unless a rank-side fault
+    needs a hook in their path. ``always``: put that thin interposer there in every
+    trial, to measure what it costs (step time, detection) against ``auto``."""
     ranks_per_host: int = bounded(1, ge=1)
     """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
     at once (node loss), and link faults act on a host's network namespace."""

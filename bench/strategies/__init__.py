@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from bench.scenario.registry import Plugin, Registry
 
@@ -22,6 +22,19 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Strategy(Plugin):
     """A strategy's declaration; ``impl`` is ``module:Class`` of its harness-side Job."""
+
+    stack: str
+    """What it runs: the stock stack it stands for, whose own code paths it runs and
+    only observes, or ``ftbench's own design`` for a recovery design of ours."""
+    own_design: bool = False
+    """A recovery design of ftbench's (it may replace parts of the stack), not a stock one."""
+    start_method: Literal["forkserver", "spawn"] = "spawn"
+    """How ftbench's launcher starts its ranks under ``launch.start_method = "auto"``:
+    fresh interpreters (as a real job's launcher) unless its design has warm spares."""
+    supervised: bool = True
+    """The supervisor's notice of a rank's exit is the stack's own detection (a node
+    agent, a scheduler). Without one (plain torch.distributed) it only observes, and its
+    notice is no ``detect``."""
 
     rank_entry: str = "bench.rank.loop:train"
     """``module:function(spec, events) -> exit code`` that each rank runs."""

@@ -81,6 +81,14 @@ class Job(ABC):
         return {}
 
 
+def start_method(scenario: Scenario) -> str:
+    """``launch.start_method``, with ``auto`` resolved to what the strategy declares."""
+    from bench.strategies import STRATEGIES
+
+    chosen = scenario.launch.start_method
+    return STRATEGIES[scenario.recovery.strategy].start_method if chosen == "auto" else chosen
+
+
 def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpec:
     """The spec of a rank of this trial: the point's workload and strategy, resolved to
     the code that runs them, and its rank-side fault hooks; ``fields`` add or override."""
@@ -111,6 +119,7 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
         workload_impl=WORKLOADS[s.workload.kind].impl,
         recovery=s.recovery,
         backend=ctx.backend,
+        interpose=s.launch.interposer == "always",
         seed=ctx.seed,
         wait_s=ctx.deadline_s,
         role=role,

@@ -4,7 +4,8 @@
 (forked from the forkserver, each host in its network namespace where link faults need
 one): the launcher's store in a process of its own, one process per rank, and the
 harness acting as the node agent. It reaps rank processes, records their exits (an
-``exit`` detection for a fault exit), tells the ranks through the store
+``exit`` detection for a fault exit, where the strategy's stack has such an agent:
+``Strategy.supervised``), tells the ranks through the store
 (``dead/<rank>``, so that nobody waits for a member known to be gone) and starts a
 replacement when the strategy asks for one (:meth:`SupervisedJob.replacement_delay`).
 Once a rank finished training the job is ending: exits are no longer detections and
@@ -20,7 +21,8 @@ from bench.procs.launcher import LocalLauncher, RankProcess
 from bench.rank.entry import EXIT_LEFT, EXIT_OK, RankSpec
 from bench.rank.entry import main as rank_process_main
 from bench.results.events import EventWriter
-from bench.strategies.base import Job, rank_spec
+from bench.strategies import STRATEGIES
+from bench.strategies.base import Job, rank_spec, start_method
 
 
 class SupervisedJob(Job):
@@ -31,7 +33,7 @@ class SupervisedJob(Job):
         self.supervisor = EventWriter(ctx.events_dir / "supervisor.jsonl", src="supervisor", pid=os.getpid())
         self.launcher = LocalLauncher(
             host=ctx.host,
-            start_method=ctx.scenario.launch.start_method,
+            start_method=start_method(ctx.scenario),
             trial_dir=ctx.trial_dir,
             events_dir=ctx.events_dir,
         )
@@ -85,7 +87,8 @@ class SupervisedJob(Job):
             self.finished_at = self.finished_at or time.monotonic()
             self.replacements.clear()
         elif code != EXIT_LEFT and self.finished_at is None:
-            self.supervisor.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
+            if STRATEGIES[self.ctx.scenario.recovery.strategy].supervised:
+                self.supervisor.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
             delay = self.replacement_delay(r.rank)
             if delay is not None:
                 self.replacements[r.rank] = time.monotonic() + delay

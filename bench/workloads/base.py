@@ -1,7 +1,7 @@
 """The rank-side workload contract.
 
 A workload owns its model and data, not the process group: the strategy forms groups
-and hands the workload a :class:`bench.rank.comm.Comm` for each generation through
+and hands the workload a :class:`bench.rank.comm.Collectives` for each generation through
 :meth:`Workload.attach`. It must be deterministic from ``seed`` and the step number,
 whatever the current world size, so that a recovered run can be compared with the
 fault-free reference of the same seed.
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bench.rank.comm import Comm
+from bench.rank.comm import Collectives
 
 
 class Workload(ABC):
@@ -26,7 +26,7 @@ class Workload(ABC):
         self.device = device
 
     @abstractmethod
-    def attach(self, comm: Comm) -> None:
+    def attach(self, comm: Collectives) -> None:
         """Bind to a (new) process-group generation; called before the first step and
         after every reconfiguration, once the state is consistent across the group."""
 

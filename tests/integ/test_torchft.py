@@ -32,7 +32,7 @@ name = "torchft-kill"
 [workload]
 kind = "ddp"
 world_size = 3
-steps = 200
+steps = 800
 pg_timeout_s = 5
 [[faults]]
 kind = "kill"

@@ -150,3 +150,34 @@ def test_a_target_without_live_process_is_skipped_with_a_reason(write_scenario, 
     fault.poll(TrialState(max_step=20), time.monotonic_ns(), EventWriter(tmp_path / "h.jsonl", src="harness"))
     (e,) = read_events(tmp_path)
     assert e["event"] == "inject_skipped" and "no live process" in e["reason"]
+
+
+def test_step_jitter_fires_within_one_step_of_the_trigger(write_scenario, ranks, tmp_path: Path) -> None:
+    """jitter = "step": the firing waits a uniformly drawn part of the current step time
+    (seeded), so injections land anywhere in a step; the wait is recorded."""
+    spec = scenario(
+        write_scenario, kind="stall", params="duration_s = 5", trigger='{ at_step = 10, jitter = "step" }'
+    ).faults[0]
+    waits = []
+    for trial in range(6):
+        fault = ScheduledFault(0, spec, seed=1, trial=trial, ranks_per_host=1)
+        st = state_of(ranks, max_step=10)
+        st.step_times.extend([0.2] * 5)  # the ranks' recent step time: 200 ms
+        harness = EventWriter(tmp_path / f"h{trial}.jsonl", src="harness")
+        t0 = time.monotonic_ns()
+        fault.poll(st, t0, harness)  # the trigger is met: the firing is scheduled, not done
+        assert fault.fired == 0 and fault.busy()
+        while not fault.fired:
+            fault.poll(st, time.monotonic_ns(), harness)
+        fault.undo_all(harness)
+        (inj,) = [e for e in read_events(tmp_path) if e["event"] == "inject" and e["t"] >= t0]
+        assert 0 <= inj["jitter_s"] <= 0.2 and inj["t"] - t0 >= inj["jitter_s"] * 1e9
+        waits.append(inj["jitter_s"])
+        for f in tmp_path.glob("h*.jsonl"):
+            f.unlink()
+    assert len(set(waits)) == len(waits), "each trial draws its own moment"
+    again = ScheduledFault(0, spec, seed=1, trial=0, ranks_per_host=1)
+    st = state_of(ranks, max_step=10)
+    st.step_times.extend([0.2] * 5)
+    again.poll(st, 0, EventWriter(tmp_path / "x.jsonl", src="harness"))
+    assert again._jitter_s == waits[0], "the draw is seeded by (seed, trial, fault)"

@@ -217,3 +217,22 @@ def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
         assert f.phases[f"phase_{name}_s"] == pytest.approx(ms / 1000), name
     assert sum(f.phases.values()) == pytest.approx(f.figures["downtime_s"])
     assert f.figures["ttr_s"] == pytest.approx((4450.2 - 110) / 1000)
+
+
+def test_rank_detection_phase_in_the_step_and_the_interposer() -> None:
+    """ttd_rank_s ignores the supervisor's earlier exit notice; the injection came 0.4
+    steps after the victim's last step end (step 10 of rank 2 ended at 100.2 ms, the
+    inject at 104.2 ms, 10 ms steps); the interposer is what the ranks reported."""
+    e = recovered_kill([ev(5.0, "train_start", src="rank", rank=r, interposer="none") for r in (0, 1, 2, 3)])
+    for x in e:
+        if x["event"] == "inject":
+            x["t"] = round(104.2 * MS)
+        if x["event"] == "detect" and x.get("rank") == 1:
+            x["site"] = "backward"
+    (f,) = figures(e)
+    assert f.figures["ttd_s"] == pytest.approx(0.0038)  # the supervisor's notice, at 108 ms
+    assert f.figures["ttd_rank_s"] == pytest.approx(0.0058)  # rank 1's exception, at 110 ms
+    assert f.figures["inject_phase"] == pytest.approx(0.4)
+    assert (f.interposer, f.detect_how, f.detect_site) == ("none", "exit", "backward")
+    row = f.row()
+    assert row["interposer"] == "none" and row["detect_how"] == "exit"

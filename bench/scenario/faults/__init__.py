@@ -105,6 +105,10 @@ class TriggerSpec:
     """Fire after each step with this probability (seeded)."""
     count: int = bounded(1, ge=1)
     """How many times ``every_s``, ``mtbf_s`` or ``probability`` fire."""
+    jitter: Literal["none", "step"] = "none"
+    """``step``: once the trigger is met, fire at a uniformly drawn moment of the next
+    step (seeded) instead of at once, so that injections land anywhere in a step, as
+    real faults do; where they landed is ``inject_phase`` in trials.csv."""
 
     def kinds(self) -> list[str]:
         return [k for k in ("at_step", "after_s", "every_s", "mtbf_s", "probability") if getattr(self, k) is not None]

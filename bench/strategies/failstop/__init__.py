@@ -1,7 +1,10 @@
 """``failstop``: the old model, any fault ends the job; it measures detection only.
 
-The first failed collective ends the rank (exit 1). Nothing tears the job down early,
-so ``ttd_all_s`` shows how long plain ``torch.distributed`` takes to tell every rank.
+The stock stack: plain ``torch.distributed``, collectives called as users call them
+(blocking ``dist.all_reduce``, DDP's built-in reducer). The first failed collective
+ends the rank (exit 1). Nothing tears the job down early and no agent watches the ranks
+(the supervisor only observes), so ``ttd_s`` and ``ttd_all_s`` show how long plain
+``torch.distributed`` takes to tell the first and the last survivor.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ STRATEGIES.register(
         params=FailstopParams,
         impl="bench.strategies.supervisor:SupervisedJob",
         rank_policy="bench.strategies.failstop.policy:FailStop",
+        stack="plain torch.distributed (blocking all_reduce, DDP's built-in reducer)",
+        supervised=False,
         namespaces=True,
         default=True,
         summary="any fault ends the job; measures detection only",

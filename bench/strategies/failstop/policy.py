@@ -6,7 +6,7 @@ import datetime
 
 import torch.distributed as dist
 
-from bench.rank.comm import CollectiveError, Comm
+from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_FAILED, store_client
 from bench.rank.policy import Position, RankPolicy, World
 from bench.workloads.base import Workload
@@ -26,7 +26,9 @@ class FailStop(RankPolicy):
         self.events.emit(
             "pg_ready", gen=0, world_size=world.size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
         )
-        comm = Comm(group_rank=world.group_rank, group_size=world.size, backend=spec.backend, hooks=self.hooks)
+        comm = StockCollectives(
+            group_rank=world.group_rank, group_size=world.size, hooks=self.hooks, interpose=spec.interpose
+        )
         workload.attach(comm)
         return Position(world=world, comm=comm, step=1, committed=0)
 

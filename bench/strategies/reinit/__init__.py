@@ -35,6 +35,9 @@ STRATEGIES.register(
         params=ReinitParams,
         impl="bench.strategies.reinit.job:ReinitJob",
         rank_policy="bench.strategies.reinit.policy:Reinit",
+        stack="abortable collectives and a membership protocol over the launcher's store",
+        own_design=True,
+        start_method="forkserver",  # replacements are warm spares: forked, not imported
         namespaces=True,
         phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end")),
         summary="ftbench's design: survivors abort through the store, re-form a smaller group, train on",

@@ -3,7 +3,7 @@
 The protocol runs over the c10d store that the launcher hosts (it outlives any rank):
 
 1. A rank whose collective fails publishes ``g<gen>/abort`` (first writer wins). Every
-   rank of the generation watches that key (:class:`bench.rank.comm.Comm`) and stops waiting
+   rank of the generation watches that key (``collectives.py``) and stops waiting
    on its collectives at once: nobody sits in a process-group timeout because a peer two
    hops away died.
 2. Each survivor checks in (``g<gen>/here/<id>``). The first to check in coordinates: it

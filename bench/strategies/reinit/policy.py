@@ -1,7 +1,7 @@
 """reinit's rank side: abort through the store, re-form the group, go on; grow back.
 
-Every collective goes through the abortable :class:`~bench.rank.comm.Comm` (a watcher
-thread fails its futures when the generation's abort key appears), because a gloo
+Every collective goes through the abortable collectives of ``collectives.py`` (a watcher
+thread fails their futures when the generation's abort key appears), because a gloo
 survivor blocked on another survivor would otherwise sit in the process-group timeout.
 Membership decisions are :class:`~bench.strategies.reinit.membership.Membership`'s.
 Corruption found by the workload's checksum detector is repaired in place from a
@@ -17,13 +17,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from bench.rank.comm import CollectiveError, Comm, CorruptionDetected, Hook, Watch
+from bench.rank.comm import CollectiveError, CorruptionDetected, Hook
 from bench.rank.entry import EXIT_LEFT, RankSpec, store_client
 from bench.rank.loop import RETIRED
 from bench.rank.policy import Position, RankPolicy, World
 from bench.rank.state import restore_from_peer
 from bench.results.events import EventWriter
 from bench.strategies.reinit import ReinitParams
+from bench.strategies.reinit.collectives import AbortableCollectives, Watch
 from bench.strategies.reinit.membership import Membership
 from bench.workloads.base import Workload
 
@@ -110,7 +111,7 @@ class Reinit(RankPolicy):
 
     # --- forming worlds ------------------------------------------------------------------
 
-    def form_group(self, world: World) -> Comm:
+    def form_group(self, world: World) -> AbortableCollectives:
         """Process group of generation ``world.gen`` on its own store prefix."""
         spec = self.spec
         dist.init_process_group(
@@ -128,7 +129,7 @@ class Reinit(RankPolicy):
             backend=spec.backend,
             pg_timeout_s=spec.workload.pg_timeout_s,
         )
-        return Comm(
+        return AbortableCollectives(
             group_rank=world.group_rank, group_size=world.size, backend=spec.backend, watch=watch, hooks=self.hooks
         )
 
@@ -182,7 +183,7 @@ class Reinit(RankPolicy):
                 world = nxt
         raise CollectiveError("recovery failed: too many consecutive failures", "recovery_exhausted")
 
-    def reform(self, world: World, committed: int) -> tuple[Comm, int]:
+    def reform(self, world: World, committed: int) -> tuple[AbortableCollectives, int]:
         """Form ``world``'s group, make the state consistent, attach; returns the resume step."""
         assert self.workload is not None
         if dist.is_initialized():

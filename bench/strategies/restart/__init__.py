@@ -32,6 +32,7 @@ STRATEGIES.register(
         params=RestartParams,
         impl="bench.strategies.restart.job:Restart",
         rank_policy="bench.strategies.restart.policy:Restart",
+        stack="torchrun's elastic agent; plain torch.distributed in the workers",
         components=("agent",),
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed worker

@@ -12,7 +12,7 @@ import os
 
 import torch.distributed as dist
 
-from bench.rank.comm import CollectiveError, Comm
+from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_FAILED
 from bench.rank.policy import Position, RankPolicy, World
 from bench.rank.state import restore_checkpoint, save_checkpoint
@@ -38,7 +38,7 @@ class Restart(RankPolicy):
         if gen > 0:
             self.events.emit("reconfigured", gen=gen, world_size=size)
         world = World(gen=gen, members=tuple(range(size)), me=rank)
-        comm = Comm(group_rank=rank, group_size=size, backend=spec.backend, hooks=self.hooks)
+        comm = StockCollectives(group_rank=rank, group_size=size, hooks=self.hooks, interpose=spec.interpose)
         committed = restore_checkpoint(spec.checkpoint_dir, workload, self.events)
         workload.attach(comm)
         return Position(world=world, comm=comm, step=committed + 1, committed=committed)

@@ -69,6 +69,7 @@ STRATEGIES.register(
         params=TorchFTParams,
         impl="bench.strategies.torchft.job:TorchFTJob",
         rank_entry="bench.strategies.torchft.replica:replica_main",
+        stack="the torchft package (lighthouse, Manager, its DDP and process groups)",
         components=("store", "lighthouse"),
         phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")),
         rank_side_faults=False,

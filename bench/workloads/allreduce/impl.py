@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from bench.rank.comm import CollectiveError, Comm
+from bench.rank.comm import CollectiveError, Collectives
 from bench.workloads.allreduce import AllReduceParams
 from bench.workloads.base import Workload
 
@@ -23,9 +23,9 @@ class AllReduceWorkload(Workload):
         super().__init__(params, seed=seed, world_size=world_size, device=device)
         self.elements = max(1, params.size_bytes // 4)
         self.buf = torch.empty(self.elements, dtype=torch.float32, device=device)
-        self.comm: Comm | None = None
+        self.comm: Collectives | None = None
 
-    def attach(self, comm: Comm) -> None:
+    def attach(self, comm: Collectives) -> None:
         self.comm = comm
 
     def step(self, step: int) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 Data and initial weights come from the seed and the step number only. The global batch
 (``world_size x batch_per_rank`` at launch) stays the same after the world shrinks: the
-survivors split it among themselves. Each rank scales its loss by the *global* batch and
-the communication hook sums, so the gradient is the exact global mean in any world and
-a recovered run follows the fault-free reference up to float rounding.
+survivors split it among themselves. Each rank scales its loss by the *global* batch
+(times the group size where DDP's stock reducer averages), so the gradient is the exact
+global mean in any world and a recovered run follows the fault-free reference up to
+float rounding.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from bench.rank.comm import Comm, CorruptionDetected
+from bench.rank.comm import Collectives, CorruptionDetected, site
 from bench.workloads.base import Workload
 from bench.workloads.ddp import DDPParams
 
@@ -44,9 +45,9 @@ class DDPWorkload(Workload):
         self.opt = self._optimizer()
         self.ddp: DistributedDataParallel | None = None
         self._retired: list[DistributedDataParallel] = []
-        self.comm: Comm | None = None
+        self.comm: Collectives | None = None
 
-    def attach(self, comm: Comm) -> None:
+    def attach(self, comm: Collectives) -> None:
         self.comm = comm
         if self.ddp is not None:
             # Freeing the old wrapper would run the old gloo group's destructor, which joins
@@ -60,8 +61,7 @@ class DDPWorkload(Workload):
             self.opt.load_state_dict(state["opt"])
         ids = [self.device.index] if self.device.type == "cuda" else None
         self.ddp = DistributedDataParallel(self.model, device_ids=ids)
-        # A lambda: DDP checks the hook's annotations at run time, and this module's are strings.
-        self.ddp.register_comm_hook(None, lambda _state, bucket: comm.all_reduce_async(bucket.buffer()))
+        comm.attach_ddp(self.ddp)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.model.parameters(), lr=self.params.lr, momentum=self.params.momentum)
@@ -80,7 +80,11 @@ class DDPWorkload(Workload):
         x, y = self.batch(step, self.comm.group_rank, self.comm.group_size)
         self.opt.zero_grad(set_to_none=False)
         loss_share = ((self.ddp(x) - y) ** 2).sum() / self.global_batch
-        loss_share.backward()
+        # The gradient is the exact global mean in any world: stock DDP averages over the
+        # group (so each share counts group_size times), an abortable layer sums.
+        scale = self.comm.group_size if self.comm.averages else 1
+        with site("backward"):
+            (loss_share * scale).backward()
         self.opt.step()
         every = self.params.checksum_every
         if every and step % every == 0:

@@ -25,6 +25,7 @@ STRATEGIES.register(
         params=GiveUpParams,
         impl="bench.strategies.supervisor:SupervisedJob",
         rank_policy="tests.plugins.giveup.policy:GiveUp",
+        stack="plain torch.distributed",
         summary="test plug-in: survivors give up at the first failure",
     )
 )

@@ -6,7 +6,7 @@ import datetime
 
 import torch.distributed as dist
 
-from bench.rank.comm import CollectiveError, Comm
+from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import store_client
 from bench.rank.policy import Position, RankPolicy, World
 from bench.workloads.base import Workload
@@ -24,7 +24,9 @@ class GiveUp(RankPolicy):
             world_size=world.size,
             timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
         )
-        comm = Comm(group_rank=world.group_rank, group_size=world.size, backend=spec.backend, hooks=self.hooks)
+        comm = StockCollectives(
+            group_rank=world.group_rank, group_size=world.size, hooks=self.hooks, interpose=spec.interpose
+        )
         workload.attach(comm)
         return Position(world=world, comm=comm, step=1, committed=0)
 

@@ -1,0 +1,287 @@
+"""A calibration run: bare and ftbench trials interleaved, compared, stored like any run.
+
+Trials alternate between the two paths (bare first on even trials, ftbench first on odd
+ones), so that a machine that slows down during the run slows both alike. Per case and
+figure (first and last survivor's detection) the verdict compares the medians: the
+difference must lie within ``max(abs_s, rel x bare median)``; the bootstrap confidence
+interval of the difference says whether the trials run were enough to tell.
+
+The results directory holds both paths as points of one run (``path=bare`` and
+``path=ftbench``), so ``ftbench report`` draws them side by side, and ``run.json`` holds
+the comparisons and the probes under ``calibration``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import bench
+from bench.calibrate import probes
+from bench.calibrate.bare import BareTrial, run_bare_trial
+from bench.calibrate.cases import Case
+from bench.procs import environment
+from bench.procs.launcher import ProcessHost
+from bench.results.stats import Interval, median, median_difference_ci
+from bench.results.summary import point_stats
+from bench.results.writer import RunDir
+from bench.run.runner import context, record
+from bench.run.trial import run_trial
+from bench.scenario.loader import identity, points
+from bench.scenario.model import Point
+
+Progress = Callable[[str], None]
+FIGURES = (("first", "ttd_rank_s", "first survivor"), ("last", "ttd_all_s", "last survivor"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tolerance:
+    abs_s: float = 0.005
+    rel: float = 0.10
+
+    def of(self, bare_median: float) -> float:
+        return max(self.abs_s, self.rel * bare_median)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Comparison:
+    case: str
+    figure: str
+    bare: list[float]
+    ftbench: list[float]
+    tolerance_s: float
+    diff_s: float
+    ci: Interval
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.diff_s) <= self.tolerance_s
+
+    @property
+    def resolved(self) -> bool:
+        """The whole confidence interval lies within the tolerance."""
+        return self.ci.exists and -self.tolerance_s <= self.ci.low and self.ci.high <= self.tolerance_s
+
+
+@dataclass
+class CalibrationReport:
+    rundir: RunDir
+    comparisons: list[Comparison]
+    probes: dict[str, Any]
+    status: str = "complete"
+    values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+
+def calibrate(
+    cases: Sequence[Case],
+    *,
+    trials: int,
+    out: str | Path,
+    tolerance: Tolerance,
+    seed: int = 0,
+    progress: Progress = lambda _line: None,
+    argv: list[str] | None = None,
+) -> CalibrationReport:
+    rundir = RunDir.create(out, "calibrate", environment.commit())
+    pts = {c.name: replace(points(c.scenario(seed))[0], label=f"case={c.name} path=ftbench") for c in cases}
+    info: dict[str, Any] = {
+        "suite": "ftbench",
+        "version": bench.__version__,
+        "commit": environment.commit(),
+        "kind": "calibration",
+        "created": _now(),
+        "command": argv or [],
+        "clock": environment.clock(),
+        "knobs": environment.knobs(),
+        "trials": trials,
+        "status": "running",
+        "scenario": {"name": "calibrate", "description": "ftbench against bare torch.distributed", "raw": {}},
+        "points": [p for c in cases for p in _points(c, pts[c.name])],
+    }
+    rundir.write_run_json(info)
+    report = CalibrationReport(rundir=rundir, comparisons=[], probes={}, status="interrupted")
+    try:
+        with ProcessHost() as host:
+            info["versions"], info["machine"] = environment.versions(), environment.machine()
+            progress("probes: injection stamp to delivery, cost of one event")
+            report.probes = probes.measure()
+            for trial in range(trials):
+                for i, case in enumerate(cases):
+                    paths = ("bare", "ftbench") if (trial + i) % 2 == 0 else ("ftbench", "bare")
+                    for path in paths:
+                        first, last = _one(path, case, pts[case.name], host, rundir, trial, seed)
+                        report.values.setdefault((case.name, path, "first"), []).append(first)
+                        report.values.setdefault((case.name, path, "last"), []).append(last)
+                        progress(
+                            f"[{trial + 1}/{trials}] {case.name:<15} {path:<8} first {_ms(first)}  last {_ms(last)}"
+                        )
+        report.status = "complete"
+    finally:
+        report.comparisons = compare(cases, report.values, tolerance)
+        info.update(
+            status=report.status,
+            finished=_now(),
+            stats=point_stats(rundir.rows()),
+            calibration={
+                "tolerance": {"abs_s": tolerance.abs_s, "rel": tolerance.rel},
+                "probes": report.probes,
+                "comparisons": [_jsonable(c) for c in report.comparisons],
+            },
+        )
+        rundir.write_run_json(info)
+    return report
+
+
+def _one(
+    path: str, case: Case, point: Point, host: ProcessHost, rundir: RunDir, trial: int, seed: int
+) -> tuple[float, float]:
+    """One trial of one path: (first, last) survivor's detection in seconds."""
+    if path == "ftbench":
+        result = run_trial(context(point, trial, host, rundir, "gloo", fault_free=False))
+        record(rundir, point, trial, "gloo", result, reference=False)
+        if result.outcome == "interrupted":
+            raise KeyboardInterrupt
+        figures = result.faults[0].figures
+        return figures["ttd_rank_s"], figures["ttd_all_s"]
+    started = time.monotonic()
+    bare = run_bare_trial(
+        case, trial_dir=rundir.path / "events" / _bare_hash(point)[:12] / str(trial), seed=seed, trial=trial
+    )
+    rundir.add_rows([_bare_row(case, point, trial, seed, bare, time.monotonic() - started)])
+    return bare.first_s, bare.last_s
+
+
+def compare(
+    cases: Sequence[Case], values: dict[tuple[str, str, str], list[float]], tolerance: Tolerance
+) -> list[Comparison]:
+    out = []
+    for case in cases:
+        for key, _column, _title in FIGURES:
+            b = [v for v in values.get((case.name, "bare", key), []) if not math.isnan(v)]
+            f = [v for v in values.get((case.name, "ftbench", key), []) if not math.isnan(v)]
+            if not b or not f:
+                continue
+            out.append(
+                Comparison(
+                    case=case.name,
+                    figure=key,
+                    bare=b,
+                    ftbench=f,
+                    tolerance_s=tolerance.of(median(b)),
+                    diff_s=median(f) - median(b),
+                    ci=median_difference_ci(f, b),
+                )
+            )
+    return out
+
+
+def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
+    """A fixed-width table with a units row and a final verdict, as nccl-tests prints."""
+    head = (
+        f"{'case':<16}{'survivor':<10}{'n':>4}{'bare':>10}{'ftbench':>10}{'diff':>10}"
+        f"{'95% CI of diff':>22}{'tolerance':>11}  verdict"
+    )
+    units = f"{'':<16}{'':<10}{'':>4}{'(ms)':>10}{'(ms)':>10}{'(ms)':>10}{'(ms)':>22}{'(ms)':>11}"
+    lines = ["# medians over the trials that have the figure; diff = ftbench - bare", head, units]
+    for c in report.comparisons:
+        ci = f"[{c.ci.low * 1e3:+.1f}, {c.ci.high * 1e3:+.1f}]" if c.ci.exists else "-"
+        verdict = "ok" if c.ok else "OUT OF BOUNDS"
+        if c.ok and not c.resolved:
+            verdict += " (the CI is wider than the tolerance: more trials would tell)"
+        lines.append(
+            f"{c.case:<16}{c.figure:<10}{min(len(c.bare), len(c.ftbench)):>4}{median(c.bare) * 1e3:>10.2f}"
+            f"{median(c.ftbench) * 1e3:>10.2f}{c.diff_s * 1e3:>+10.2f}{ci:>22}{c.tolerance_s * 1e3:>11.2f}"
+            f"  {verdict}"
+        )
+    p = report.probes
+    if p:
+        lines.append("# instruments (median / max)")
+        for key, title in (
+            ("sigkill_stamp_to_gone", "SIGKILL: stamp to process gone"),
+            ("sigstop_stamp_to_stopped", "SIGSTOP: stamp to process stopped"),
+            ("event_emit", "one event written"),
+        ):
+            lines.append(f"#   {title:<36}{p[key]['median_s'] * 1e6:>9.1f} us {p[key]['max_s'] * 1e6:>9.1f} us")
+    bad = sum(1 for c in report.comparisons if not c.ok)
+    lines.append(f"# tolerance: max({tolerance.abs_s * 1e3:g} ms, {tolerance.rel:.0%} of the bare median)")
+    lines.append(f"# Out of bounds values : {bad} {'OK' if bad == 0 and report.comparisons else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def _points(case: Case, point: Point) -> list[dict[str, Any]]:
+    config = identity(point.scenario)
+    return [
+        {
+            "point_hash": _bare_hash(point),
+            "label": f"case={case.name} path=bare",
+            "values": {"case": case.name, "path": "bare"},
+            "config": config | {"path": "bare"},
+        },
+        {
+            "point_hash": point.point_hash,
+            "label": point.label,
+            "values": {"case": case.name, "path": "ftbench"},
+            "config": config,
+        },
+    ]
+
+
+def _bare_hash(point: Point) -> str:
+    return hashlib.sha256(f"bare:{point.point_hash}".encode()).hexdigest()
+
+
+def _bare_row(case: Case, point: Point, trial: int, seed: int, bare: BareTrial, wall_s: float) -> dict[str, Any]:
+    detected = not math.isnan(bare.first_s)
+    return {
+        "point_hash": _bare_hash(point),
+        "label": f"case={case.name} path=bare",
+        "strategy": "bare",
+        "workload": case.workload,
+        "backend": "gloo",
+        "world_size": case.world_size,
+        "fault": case.fault,
+        "fault_index": 0,
+        "target": str(case.victim),
+        "interposer": "none",
+        "trial": trial,
+        "seed": seed,
+        "mechanism": "signal SIGKILL" if case.fault == "kill" else "signal SIGSTOP",
+        "reference": False,
+        "ttd_s": bare.first_s,
+        "ttd_rank_s": bare.first_s,
+        "ttd_all_s": bare.last_s,
+        "outcome": "failed" if detected else "hung",
+        "error": bare.error,
+        "ff_step_s": bare.step_s,
+        "trial_wall_s": wall_s,
+    }
+
+
+def _jsonable(c: Comparison) -> dict[str, Any]:
+    return {
+        "case": c.case,
+        "figure": c.figure,
+        "n_bare": len(c.bare),
+        "n_ftbench": len(c.ftbench),
+        "bare_median_s": median(c.bare),
+        "ftbench_median_s": median(c.ftbench),
+        "diff_s": c.diff_s,
+        "ci_low_s": c.ci.low,
+        "ci_high_s": c.ci.high,
+        "tolerance_s": c.tolerance_s,
+        "ok": c.ok,
+        "resolved": c.resolved,
+    }
+
+
+def _ms(v: float) -> str:
+    return "-" if math.isnan(v) else f"{v * 1e3:8.2f} ms"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

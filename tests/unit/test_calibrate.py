@@ -1,0 +1,45 @@
+"""Calibration's verdict: tolerance, confidence interval and the printed table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.calibrate.cases import CASES
+from bench.calibrate.session import CalibrationReport, Tolerance, compare, format_table
+from bench.results.stats import median_difference_ci
+from bench.results.writer import RunDir
+
+
+def test_the_tolerance_is_the_larger_of_absolute_and_relative() -> None:
+    t = Tolerance(abs_s=0.005, rel=0.10)
+    assert t.of(0.020) == 0.005 and t.of(5.0) == pytest.approx(0.5)
+
+
+def test_verdicts_and_the_table(tmp_path: Path) -> None:
+    case = CASES[0]
+    bare = [0.020 + 0.001 * i for i in range(15)]
+    values = {
+        (case.name, "bare", "first"): bare,
+        (case.name, "ftbench", "first"): [v + 0.002 for v in bare],
+        (case.name, "bare", "last"): bare,
+        (case.name, "ftbench", "last"): [v + 0.030 for v in bare],
+    }
+    first, last = compare([case], values, Tolerance())
+    assert first.ok and first.diff_s == pytest.approx(0.002) and first.ci.low <= 0.002 <= first.ci.high
+    assert not last.ok and last.diff_s == pytest.approx(0.030)
+    report = CalibrationReport(rundir=RunDir(tmp_path), comparisons=[first, last], probes={})
+    text = format_table(report, Tolerance())
+    lines = text.splitlines()
+    assert any("(ms)" in line for line in lines), "a units row"
+    assert lines[-1] == "# Out of bounds values : 1 FAILED"
+    assert "OUT OF BOUNDS" in text and "+30.00" in text
+
+
+def test_the_difference_ci_is_seeded_and_covers_a_known_shift() -> None:
+    x = [float(v) for v in range(20)]
+    y = [v - 3 for v in x]
+    a, b = median_difference_ci(x, y), median_difference_ci(x, y)
+    assert (a.low, a.high) == (b.low, b.high)
+    assert a.low <= 3 <= a.high
