@@ -20,6 +20,6 @@ bench:
 
 lint:
 	@tools/bootstrap.sh --test
-	.venv/bin/ruff check bench injectors tests
-	.venv/bin/ruff format --check bench injectors tests
+	.venv/bin/ruff check bench injectors tests tools
+	.venv/bin/ruff format --check bench injectors tests tools
 	.venv/bin/mypy

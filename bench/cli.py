@@ -166,10 +166,7 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
 
     if resume is not None:
         rundir = RunDir(resume)
-        try:
-            sc, resume_trials = resume_scenario(rundir)
-        except FileNotFoundError as err:
-            raise ConfigError(str(resume), "", "a results directory with run.json") from err
+        sc, resume_trials = resume_scenario(rundir)
         trials = trials or resume_trials
     elif scenario is None:
         raise click.UsageError("give a SCENARIO, or --resume DIR")
@@ -232,11 +229,14 @@ def _run(path: str) -> Run:
     from bench.results.reader import load as load_run
 
     try:
-        return load_run(path)
+        run = load_run(path)
     except ConfigError:
         raise
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(path, "", "a readable ftbench results directory", str(err)) from None
+    for note in run.notes:
+        click.echo(f"ftbench: warning: {note}", err=True)
+    return run
 
 
 def _gate_options(fn: F) -> F:

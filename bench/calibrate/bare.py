@@ -10,7 +10,6 @@ minus the injection are what ftbench's ``ttd_rank_s`` and ``ttd_all_s`` are comp
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from typing import Any
 
 from bench.calibrate.cases import WARMUP_STEPS, Case
 from bench.procs.hygiene import kill_all, set_pdeathsig
+from bench.procs.store import bound_store
 
 RANK_SCRIPT = Path(__file__).with_name("bare_rank.py")
 READY_TIMEOUT_S = 180.0
@@ -46,14 +46,10 @@ class BareTrial:
 
 def run_bare_trial(case: Case, *, trial_dir: Path, seed: int, trial: int) -> BareTrial:
     """Run one bare trial of ``case``; its rank lines and logs stay in ``trial_dir``."""
-    import torch.distributed as dist
-
     trial_dir.mkdir(parents=True, exist_ok=True)
     out = trial_dir / "bare.jsonl"
     out.unlink(missing_ok=True)
-    store = dist.TCPStore(
-        "127.0.0.1", 0, None, True, wait_for_workers=False, timeout=datetime.timedelta(seconds=READY_TIMEOUT_S)
-    )
+    store = bound_store("127.0.0.1", timeout_s=READY_TIMEOUT_S)
     procs = [_start_rank(case, rank, store.port, out, trial_dir) for rank in range(case.world_size)]
     try:
         ready = _await(out, "ready", case.world_size, procs, READY_TIMEOUT_S)
@@ -115,7 +111,7 @@ def start_bare(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=set_pdeathsig,
-            env=dict(os.environ, OMP_NUM_THREADS="1"),
+            env=dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"),
         )
     finally:
         log.close()

@@ -11,7 +11,6 @@ bench``) and reports the ratios of the medians of the medians.
 
 from __future__ import annotations
 
-import datetime
 import json
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 from bench.calibrate.bare import READY_TIMEOUT_S, start_bare
 from bench.procs.hygiene import kill_all
 from bench.procs.launcher import ProcessHost
+from bench.procs.store import bound_store
 from bench.results.writer import RunDir
 from bench.run.runner import context
 from bench.run.trial import run_trial
@@ -65,13 +65,9 @@ def ftbench_step_s(
 
 def bare_step_s(workload: str, *, steps: int, world_size: int, out: Path) -> float:
     """Median step time of the bare loop, every rank's steps after the warm-up."""
-    import torch.distributed as dist
-
     out.mkdir(parents=True, exist_ok=True)
     lines = out / "bare.jsonl"
-    store = dist.TCPStore(
-        "127.0.0.1", 0, None, True, wait_for_workers=False, timeout=datetime.timedelta(seconds=READY_TIMEOUT_S)
-    )
+    store = bound_store("127.0.0.1", timeout_s=READY_TIMEOUT_S)
     args = [
         "--store",
         f"127.0.0.1:{store.port}",
@@ -102,7 +98,7 @@ def bare_step_s(workload: str, *, steps: int, world_size: int, out: Path) -> flo
     return statistics.median(float(s) for d in done for s in d["step_s"][WARMUP_STEPS:])
 
 
-def rounds(workload: str, *, count: int, steps: int = 300, world_size: int = 4) -> list[Round]:
+def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4) -> list[Round]:
     """``count`` rounds of the three fault-free runs, in a rotating order."""
     found = []
     with tempfile.TemporaryDirectory(prefix="ftbench-cost-") as tmp, ProcessHost() as host:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from bench.procs.hygiene import sweep
-from injectors.undo import undo_all
+from injectors.undo import release, undo_all
 
 
 def main(argv: list[str]) -> int:
@@ -24,6 +24,7 @@ def main(argv: list[str]) -> int:
         pass
     sweep(run_id, keep={harness_pid})
     undo_all(run_id)
+    release(run_id)
     return 0
 
 

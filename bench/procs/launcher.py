@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.procs.hygiene import MARKER, redirect_output, set_pdeathsig, sweep
 from bench.results.events import EventWriter
+from injectors import undo
 
 
 class LaunchError(RuntimeError):
@@ -43,6 +44,7 @@ class ProcessHost:
         # (it exits with it): started before the marker, it is not one of the run's.
         multiprocessing.resource_tracker.ensure_running()
         os.environ[MARKER] = self.run_id
+        undo.claim(self.run_id, os.getpid())  # the run is live while this process is
         self.guard = subprocess.Popen(
             [sys.executable, "-m", "bench.procs.guard", self.run_id, str(os.getpid())],
             stdin=subprocess.PIPE,
@@ -93,17 +95,19 @@ class ProcessHost:
         self.close()
 
 
-def store_main(port_file: str, events_dir: str) -> None:
-    """Body of the store process: host a c10d TCPStore until killed."""
+def store_main(port_file: str, events_dir: str, namespace: str, address: str) -> None:
+    """Body of the store process: host a c10d TCPStore on ``address`` until killed."""
     set_pdeathsig()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # c10d logs a warning per client it cannot name (clients in network namespaces).
     redirect_output(Path(events_dir) / "store.log")
-    import datetime
+    if namespace:
+        from injectors.link.netns import enter
 
-    import torch.distributed as dist
+        enter(namespace)
+    from bench.procs.store import bound_store
 
-    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, timeout=datetime.timedelta(hours=1))
+    store = bound_store(address, timeout_s=3600)
     EventWriter(Path(events_dir) / f"store-{os.getpid()}.jsonl", src="store", pid=os.getpid()).emit(
         "proc_start", role="store", port=store.port
     )
@@ -137,6 +141,10 @@ class LocalLauncher:
     trial_dir: Path
     events_dir: Path
     ranks: list[RankProcess] = field(default_factory=list)
+    namespace: str = ""
+    """The network namespace the store lives in ("": the harness's)."""
+    address: str = "127.0.0.1"
+    """Where the store listens, and where the harness's own client reaches it."""
     store_process: BaseProcess | None = None
     store_port: int = 0
 
@@ -147,7 +155,10 @@ class LocalLauncher:
         port_file = self.trial_dir / "store.port"
         port_file.unlink(missing_ok=True)
         self.store_process = self.ctx.Process(
-            target=store_main, args=(str(port_file), str(self.events_dir)), name="ftbench-store", daemon=False
+            target=store_main,
+            args=(str(port_file), str(self.events_dir), self.namespace, self.address),
+            name="ftbench-store",
+            daemon=False,
         )
         self.store_process.start()
         self.store_port = int(self.await_file(self.store_process, port_file, "the store", timeout_s))
@@ -168,14 +179,22 @@ class LocalLauncher:
         return text
 
     def store_client(self) -> Any:
-        """The harness's own connection to the trial's store (the agent's)."""
+        """The harness's own connection to the trial's store (the supervisor's). In a
+        private network namespace it is made by a thread that entered it: a socket
+        belongs to the namespace it was created in, and works from any thread after."""
         import datetime
 
         import torch.distributed as dist
 
-        return dist.PrefixStore(
-            "ftb", dist.TCPStore("127.0.0.1", self.store_port, None, False, timeout=datetime.timedelta(seconds=30))
-        )
+        def connect() -> Any:
+            client = dist.TCPStore(self.address, self.store_port, None, False, timeout=datetime.timedelta(seconds=30))
+            return dist.PrefixStore("ftb", client)
+
+        if not self.namespace:
+            return connect()
+        from injectors.link.netns import run_in
+
+        return run_in(self.namespace, connect)
 
     def start_rank(self, rank: int, target: Callable[..., None], *args: object) -> RankProcess:
         process = self.ctx.Process(target=target, args=args, name=f"ftbench-rank{rank}", daemon=False)

@@ -8,7 +8,6 @@ another benchmark runs.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,8 +33,9 @@ def active_runs() -> set[str]:
 
 
 def cleanup() -> list[str]:
-    """Kill leftover processes, run leftover undo records, delete leftover namespaces."""
-    active = active_runs()
+    """Kill leftover processes, run leftover undo records, delete leftover namespaces;
+    runs whose harness is alive are left alone. What was removed, and what could not be."""
+    active = active_runs() | undo.live_runs()
     removed: list[str] = []
     orphans: dict[str, list[int]] = defaultdict(list)
     for pid, run in marked().items():
@@ -44,21 +44,18 @@ def cleanup() -> list[str]:
     for run, pids in sorted(orphans.items()):
         survivors = kill_all(pids)
         removed.append(f"{len(pids) - len(survivors)} process(es) of run {run}")
-    for record in undo.pending():
-        if record.parent.name not in active:
-            removed += undo.undo_all(record.parent.name)
-    removed += _namespaces(active)
-    return removed
+    if undo.problem():
+        removed.append(f"nothing from the undo records: {undo.problem()}")
+    for run in sorted({record.parent.name for record in undo.pending()} - active):
+        report = undo.undo_all(run)
+        removed += report.reverted + [f"nothing: {problem}" for problem in report.problems]
+        undo.release(run)
+    return removed + _namespaces()
 
 
-def _namespaces(active: set[str]) -> list[str]:
-    from injectors.link import netns, system, teardown
+def _namespaces() -> list[str]:
+    from injectors.link import system, teardown
 
     if system.available() is not None:
         return []
-    keep = {netns.tag_for(run) for run in active}
-    tags = {m.group(1) for n in system.namespaces() if (m := re.fullmatch(rf"{system.PREFIX}-([a-z0-9]+)-.*", n))}
-    removed = []
-    for tag in sorted(tags - keep):
-        removed += teardown.cleanup_all(tag)
-    return removed
+    return teardown.cleanup_all()  # every run that is not live, and dead probes

@@ -11,8 +11,8 @@ does not count 0 or 4 as a fault.
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import sys
 import traceback
 from collections.abc import Sequence
@@ -86,6 +86,9 @@ class RankSpec:
     """Where a strategy that checkpoints to disk keeps its checkpoint (the trial's directory)."""
     netns: str = ""
     """Network namespace of the rank's host (entered before any socket exists)."""
+    ifname: str = "lo"
+    """The interface gloo uses (``GLOO_SOCKET_IFNAME``): loopback on one host, so that
+    its listening sockets are reachable from this host only; ``eth0`` for namespaced hosts."""
     pdeathsig: bool = True
     """Die with the parent. Off for torchrun's workers: whether they outlive a dead agent
     is part of the behaviour under test (the guard still sweeps them)."""
@@ -100,7 +103,11 @@ def main(spec: RankSpec) -> None:
         from injectors.link.netns import enter
 
         enter(spec.netns)
-        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", spec.ifname)
+    os.environ["GLOO_SOCKET_IFNAME"] = spec.ifname
+    # As torchrun does for its workers: one OpenMP thread per rank unless the user said
+    # otherwise (idle OpenMP threads spin, and ranks share the cores).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     events = EventWriter(
         Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl", src="rank", rank=spec.rank, pid=os.getpid()
     )
@@ -158,9 +165,41 @@ def install_hooks(spec: RankSpec, events: EventWriter) -> Sequence[Hook]:
     return [hook for _, hook in hooks]
 
 
+def spec_to_json(spec: RankSpec) -> str:
+    """The spec as JSON, for ranks that another launcher starts (torchrun's workers)."""
+    from bench.scenario.config import to_dict
+
+    return json.dumps(to_dict(spec))
+
+
+def spec_from_json(text: str, *, file: str) -> RankSpec:
+    """A spec written by :func:`spec_to_json`, validated again like a scenario: a file
+    in a results folder is data, never code (no pickle; plug-ins are looked up by name
+    in the registries, so the file cannot name arbitrary code)."""
+    from bench.scenario.config import build
+    from bench.scenario.model import RecoverySpec, WorkloadSpec
+    from bench.strategies import STRATEGIES
+    from bench.workloads import WORKLOADS
+
+    raw = json.loads(text)
+    w, r = dict(raw.pop("workload")), dict(raw.pop("recovery"))
+    workload = build(WorkloadSpec, {k: v for k, v in w.items() if k != "params"}, file=file, prefix="workload")
+    workload = replace(
+        workload, params=build(WORKLOADS[workload.kind].params, w["params"], file=file, prefix="workload.params")
+    )
+    recovery = RecoverySpec(
+        strategy=r["strategy"],
+        params=build(STRATEGIES[r["strategy"]].params, r["params"], file=file, prefix="recovery.params"),
+    )
+    hooks = tuple(HookSpec(**h) for h in raw.pop("hooks"))
+    return RankSpec(
+        **{**raw, "members": tuple(raw["members"]), "workload": workload, "recovery": recovery, "hooks": hooks}
+    )
+
+
 if __name__ == "__main__":
-    # A worker started by torchrun: ``python -m bench.rank.entry SPEC.pkl``; the rank
+    # A worker started by torchrun: ``python -m bench.rank.entry SPEC.json``; the rank
     # comes from torchrun's environment, the rest from the spec the harness wrote.
-    with open(sys.argv[1], "rb") as fh:
-        template: RankSpec = pickle.load(fh)
+    with open(sys.argv[1]) as fh:
+        template = spec_from_json(fh.read(), file=sys.argv[1])
     main(replace(template, rank=int(os.environ["RANK"])))

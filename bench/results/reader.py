@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from bench.results.summary import frame
+from bench.results.writer import read_rows
 from bench.scenario.config import ConfigError
 from bench.scenario.figures import FAULT_FIGURES, is_phase, phase_column
 from bench.scenario.loader import validate_gate
@@ -28,6 +30,8 @@ from bench.scenario.model import GateSpec
 BASELINES = Path("results") / "baselines"
 #: The files a baseline keeps: enough to compare and gate, small enough to commit.
 BASELINE_FILES = ("run.json", "trials.jsonl", "trials.csv")
+#: What a baseline may be called: a folder name, never a path.
+BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 #: Phase order where a run's rows do not give one (trials.csv sorts its columns).
 CANONICAL_PHASES = ("detect", "isolate", "reconfigure", "restore", "catchup")
 
@@ -40,6 +44,8 @@ class Run:
     info: dict[str, Any]
     trials: pd.DataFrame
     phase_order: dict[str, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """What was skipped while reading (a torn line of trials.jsonl), for the user."""
     """Per point_hash, the phase keys in the order its rows list them (trials.jsonl)."""
     _steps: pd.DataFrame | None = None
 
@@ -182,7 +188,7 @@ def load(path: str | Path) -> Run:
         info = json.loads((p / "run.json").read_text())
     except json.JSONDecodeError as err:
         raise ConfigError(str(p / "run.json"), "", "valid JSON", str(err)) from None
-    rows, order = _rows(p)
+    rows, order, notes = _rows(p)
     trials = frame(rows)
     if not trials.empty:
         for col in ("point_hash", "label", "outcome"):
@@ -191,26 +197,25 @@ def load(path: str | Path) -> Run:
         trials["reference"] = _bools(trials["reference"]) if "reference" in trials else False
         trials["point_hash"] = trials["point_hash"].astype(str)
         trials["label"] = trials["label"].astype(str)
-    return Run(path=p, info=info, trials=trials, phase_order=order)
+    return Run(path=p, info=info, trials=trials, phase_order=order, notes=notes)
 
 
-def _rows(p: Path) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+def _rows(p: Path) -> tuple[list[dict[str, Any]], dict[str, list[str]], list[str]]:
     """Rows from trials.jsonl (the durable record; its keys keep the phases in the order
-    they happen) or else trials.csv; and each point's phase order."""
+    they happen) or else trials.csv; each point's phase order; notes on lines skipped."""
     jsonl = p / "trials.jsonl"
     if jsonl.exists():
-        with open(jsonl) as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
+        rows, notes = read_rows(jsonl)
         order: dict[str, list[str]] = {}
         for r in rows:
             keys = order.setdefault(str(r.get("point_hash")), [])
             keys += [k for k in r if is_phase(k) and k not in keys]
-        return rows, order
+        return rows, order, notes
     csv = p / "trials.csv"
     if csv.exists() and csv.stat().st_size:
         df = pd.read_csv(csv, keep_default_na=False, na_values=[""], dtype={"point_hash": str, "error": str})
-        return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")], {}
-    return [], {}
+        return [{str(k): v for k, v in r.items()} for r in df.to_dict("records")], {}, []
+    return [], {}, []
 
 
 def _bools(col: pd.Series) -> pd.Series:
@@ -221,7 +226,17 @@ def save_baseline(run: Run, name: str | None = None, root: Path = BASELINES) -> 
     """Copy the run's small files into ``root/<name>`` (default: the scenario's name),
     replacing an older baseline of that name. Events and steps stay behind: a baseline
     is what compare and gate need, small enough to commit."""
-    dest = root / (name or run.name)
+    chosen = name or run.name
+    if not BASELINE_NAME.fullmatch(chosen) or chosen in (".", ".."):
+        raise ConfigError(
+            "--name" if name else str(run.path / "run.json"),
+            "" if name else "scenario.name",
+            f"a plain name of letters, digits, '.', '_' and '-' (a baseline is a folder of {root})",
+            chosen,
+        )
+    dest = root / chosen
+    if dest.resolve().parent != root.resolve():
+        raise ConfigError("--name", "", f"a name of a folder directly in {root}", chosen)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)

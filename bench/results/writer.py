@@ -53,6 +53,7 @@ TAIL_COLUMNS = (
     "steps_done",
     *TRIAL_FIGURES,
     "trial_wall_s",
+    "trial_rows",
 )
 STEP_COLUMNS = (
     "point_hash",
@@ -80,12 +81,17 @@ class RunDir:
 
     @classmethod
     def create(cls, out: str | Path, scenario_name: str, commit: str) -> RunDir:
+        """A new run directory under ``out/<scenario_name>/``; the name must be a plain
+        name (the scenario model checks it), and the directory stays inside ``out``."""
+        base = Path(out) / scenario_name
+        if Path(scenario_name).name != scenario_name or scenario_name in ("", ".", ".."):
+            raise ValueError(f"scenario name {scenario_name!r} is not a plain name")
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        path = Path(out) / scenario_name / f"{stamp}_{commit}"
+        path = base / f"{stamp}_{commit}"
         suffix = 1
         while path.exists():
             suffix += 1
-            path = Path(out) / scenario_name / f"{stamp}_{commit}-{suffix}"
+            path = base / f"{stamp}_{commit}-{suffix}"
         path.mkdir(parents=True)
         return cls(path)
 
@@ -93,14 +99,16 @@ class RunDir:
     def trials_jsonl(self) -> Path:
         return self.path / "trials.jsonl"
 
+    @property
+    def steps_csv(self) -> Path:
+        return self.path / "steps.csv"
+
     def events_dir(self, point: Point, trial: int | str) -> Path:
         return self.path / "events" / point.point_hash[:12] / str(trial)
 
     def rows(self) -> list[dict[str, Any]]:
-        if not self.trials_jsonl.exists():
-            return []
-        with open(self.trials_jsonl) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        """Every committed row; a torn line (a write cut short) is skipped."""
+        return read_rows(self.trials_jsonl)[0]
 
     def finished(self) -> set[tuple[str, int, bool]]:
         """(point_hash, trial, reference) of every trial already recorded."""
@@ -118,6 +126,7 @@ class RunDir:
         wall_s: float,
         events: Sequence[Event],
     ) -> list[dict[str, Any]]:
+        """Commit one trial: all of its rows in one ``write(2)``, then its steps."""
         s = point.scenario
         rows = []
         for f in faults:
@@ -131,6 +140,7 @@ class RunDir:
                 "trial": trial,
                 "seed": s.measure.seed,
                 "reference": reference,
+                "trial_rows": len(faults),
                 **f.row(),
                 "ff_step_s": facts.ff_step_s,
                 "steps_done": facts.steps_done,
@@ -138,26 +148,60 @@ class RunDir:
                 "trial_wall_s": wall_s,
             }
             rows.append(row)
-        with open(self.steps_csv, "a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=STEP_COLUMNS, extrasaction="ignore")
-            if fh.tell() == 0:
-                writer.writeheader()
-            writer.writerows(step_rows(point, trial, reference, events))
         self.add_rows(rows)
+        _append_steps(self.steps_csv, step_rows(point.point_hash, point.label, trial, reference, events))
         return rows
 
     def add_rows(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Append finished rows to the durable record, then rewrite trials.csv."""
-        with open(self.trials_jsonl, "a") as fh:
-            for row in rows:
-                fh.write(json.dumps(_jsonable(row)) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Append the rows of one trial to the durable record in one ``write(2)`` on an
+        ``O_APPEND`` file (a process killed at any moment leaves all of them or none;
+        only a machine that loses power can tear the write, and readers skip a torn
+        line), then rewrite trials.csv."""
+        payload = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
+        fd = os.open(self.trials_jsonl, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self.write_csv()
 
-    @property
-    def steps_csv(self) -> Path:
-        return self.path / "steps.csv"
+    def repair(self) -> list[str]:
+        """Make a run that was cut short consistent before it is resumed: drop torn lines
+        and trials that are not whole from trials.jsonl, rebuild steps.csv from the
+        events of the trials that are, rewrite trials.csv. What was dropped."""
+        rows, notes = read_rows(self.trials_jsonl)
+        groups: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault((r["point_hash"], int(r["trial"]), bool(r.get("reference"))), []).append(r)
+        kept = []
+        for key, group in groups.items():
+            expected = int(group[0].get("trial_rows") or len(group))
+            if len(group) == expected:
+                kept += group
+            else:
+                notes.append(f"trial {key[1]} of point {key[0][:12]} had {len(group)} of {expected} rows: run again")
+        if notes:
+            _replace(self.trials_jsonl, "".join(json.dumps(_jsonable(r)) + "\n" for r in kept))
+        self._rebuild_steps(kept)
+        self.write_csv()
+        return notes
+
+    def _rebuild_steps(self, rows: Sequence[dict[str, Any]]) -> None:
+        from bench.results.events import read_events
+
+        steps = []
+        seen = set()
+        for r in rows:
+            key = (r["point_hash"], int(r["trial"]), bool(r.get("reference")))
+            if key in seen:
+                continue
+            seen.add(key)
+            directory = self.path / "events" / key[0][:12] / ("reference" if key[2] else str(key[1]))
+            if directory.is_dir():
+                steps += step_rows(key[0], str(r["label"]), key[1], key[2], read_events(directory))
+        self.steps_csv.unlink(missing_ok=True)
+        _append_steps(self.steps_csv, steps)
 
     def write_csv(self) -> None:
         rows = self.rows()
@@ -178,12 +222,50 @@ class RunDir:
         return json.loads(path.read_text()) if path.exists() else {}
 
     def write_run_json(self, info: dict[str, Any]) -> None:
-        tmp = self.path / "run.json.tmp"
-        tmp.write_text(json.dumps(_jsonable(info), indent=2, sort_keys=False) + "\n")
-        tmp.rename(self.path / "run.json")
+        _replace(self.path / "run.json", json.dumps(_jsonable(info), indent=2, sort_keys=False) + "\n")
 
 
-def step_rows(point: Point, trial: int, reference: bool, events: Iterable[Event]) -> list[dict[str, Any]]:
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of a trials.jsonl and notes on the lines skipped (torn, not JSON objects)."""
+    if not path.exists():
+        return [], []
+    rows, notes = [], []
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw) if raw.endswith(b"\n") else None
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict) and "point_hash" in row and "trial" in row:
+                rows.append(row)
+            else:
+                notes.append(f"{path}: line {n} is torn or not a row; skipped")
+    return rows, notes
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file, fsynced, renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.rename(path)
+
+
+def _append_steps(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    with open(path, "a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=STEP_COLUMNS, extrasaction="ignore")
+        if fh.tell() == 0:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def step_rows(
+    point_hash: str, label: str, trial: int, reference: bool, events: Iterable[Event]
+) -> list[dict[str, Any]]:
     events = list(events)
     start = next((e["t"] for e in events if e["event"] == "trial_start"), events[0]["t"] if events else 0)
     losses = {key: ws.loss for key, ws in world_steps(events).items() if ws.has_loss}
@@ -194,8 +276,8 @@ def step_rows(point: Point, trial: int, reference: bool, events: Iterable[Event]
         key = (int(e.get("gen", 0)), int(e["step"]))
         rows.append(
             {
-                "point_hash": point.point_hash,
-                "label": point.label,
+                "point_hash": point_hash,
+                "label": label,
                 "trial": trial,
                 "reference": reference,
                 "rank": e["rank"],

@@ -9,7 +9,6 @@ SIGTERM) ends the current trial cleanly, keeps the finished ones and marks the r
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,8 +22,8 @@ from bench.procs.launcher import ProcessHost
 from bench.results.derive import TrialFacts
 from bench.results.summary import point_stats
 from bench.results.writer import RunDir
-from bench.run.trial import TrialResult, run_trial, unavailable
-from bench.scenario.config import to_dict
+from bench.run.trial import TrialResult, confinable, run_trial, unavailable
+from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import identity, parse, points, uses_namespaces
 from bench.scenario.model import Point, Scenario
@@ -64,6 +63,9 @@ def run(
     pts = points(scenario)
     rundir = resume or RunDir.create(out, scenario.name, environment.commit())
     info = rundir.read_run_json() or _initial_info(scenario, pts, argv)
+    if resume is not None:
+        for note in rundir.repair():  # a run cut short: only whole trials count
+            progress(f"  resume: {note}")
     info["status"] = "running"
     rundir.write_run_json(info)
     n = scenario.measure.trials
@@ -114,7 +116,8 @@ class Session:
             self.progress(f"  skip {point.label}: {err}")
             self.counter += self.trials
             return
-        _stage_overhead(point.scenario, self.info, self.progress)
+        _stage_overhead(point.scenario, self.info, self.progress, run_id=self.host.run_id)
+        self._exposure(point)
         reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress)
         for trial in range(self.trials):
             self.counter += 1
@@ -129,15 +132,48 @@ class Session:
                 raise KeyboardInterrupt
             self.info.setdefault("strategy_versions", {}).setdefault(point.scenario.recovery.strategy, result.versions)
 
+    def _exposure(self, point: Point) -> None:
+        """Say in run.json, and once on the console, which servers of the stack listen
+        beyond loopback and whether they were confined (a private network namespace)."""
+        name = point.scenario.recovery.strategy
+        servers = STRATEGIES[name].unbound_servers
+        exposure = self.info.setdefault("exposure", {})
+        if not servers or name in exposure:
+            return
+        if confinable(point.scenario):
+            exposure[name] = {
+                "servers": list(servers),
+                "confined": True,
+                "how": "each trial in a private network namespace with only a loopback",
+            }
+            return
+        from injectors.link import system
+
+        why = system.available() or "namespaces unavailable"
+        exposure[name] = {"servers": list(servers), "confined": False, "how": f"not confined: {why}"}
+        self.progress(
+            f"  note: {name}: {', '.join(servers)} listen on every interface during its trials and could "
+            f"not be confined here ({why})"
+        )
+
 
 def resume_scenario(rundir: RunDir) -> tuple[Scenario, int]:
-    """The scenario (overrides included) and trial count a run directory was made with."""
-    info = rundir.read_run_json()
+    """The scenario (overrides included) and trial count a run directory was made with;
+    a run.json that cannot say is a ConfigError naming it, never a traceback."""
+    file = str(rundir.path / "run.json")
+    try:
+        info = rundir.read_run_json()
+    except (OSError, ValueError) as err:
+        raise ConfigError(file, "", "a readable run.json", str(err)) from None
     if not info:
-        raise FileNotFoundError(f"{rundir.path}: no run.json: not a results directory")
-    sc = info["scenario"]
-    scenario = parse(sc["raw"] | {"sweep": sc.get("sweep", {})}, file=sc["source"])
-    return scenario, int(info["trials"])
+        raise ConfigError(file, "", "a results directory holding run.json")
+    try:
+        sc = info["scenario"]
+        raw = dict(sc["raw"]) | {"sweep": sc.get("sweep", {})}
+        trials = int(info["trials"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(file, "scenario", "the scenario and trial count ftbench run wrote", str(err)) from None
+    return parse(raw, file=str(sc.get("source") or file)), trials
 
 
 def _reference(
@@ -165,12 +201,12 @@ def _reference(
     return result.facts
 
 
-def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress) -> None:
+def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress, *, run_id: str) -> None:
     """Once per run, if a link fault is served by the userspace NFQUEUE stage: what the
     stage costs when it delays and corrupts nothing, to report beside those figures."""
     if "link_stage_overhead" in info or not uses_namespaces(scenario):
         return
-    from injectors.link import netns, netprobe
+    from injectors.link import netns, netprobe, system
 
     staged = [
         f
@@ -179,9 +215,8 @@ def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress
     ]
     if not staged:
         return
-    with netns.Topology.create(
-        netns.tag_for(f"probe-{os.getpid()}"), 2, wire_packets=scenario.launch.wire_packets
-    ) as topo:
+    # The run's own tag: a concurrent `ftbench cleanup` knows the topology is live.
+    with netns.Topology.create(system.tag_for(run_id), 2, wire_packets=scenario.launch.wire_packets) as topo:
         overhead = netprobe.stage_overhead(topo)
     info["link_stage_overhead"] = overhead
     progress(

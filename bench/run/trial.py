@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.results.derive import FaultFigures, TrialFacts, fault_figures, trial_facts
 from bench.results.events import Event, EventTail, EventWriter, read_events
@@ -22,10 +22,7 @@ from bench.scenario.faults import FAULTS
 from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
 from bench.strategies import STRATEGIES
-from bench.strategies.base import Job, TrialContext
-
-if TYPE_CHECKING:
-    from injectors.link.netns import Topology
+from bench.strategies.base import Job, TrialContext, TrialNetwork
 
 TICK_S = 0.005
 """Monitor period while a fault is still to fire or to undo: it bounds the lag of a
@@ -54,8 +51,7 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         shutil.rmtree(ctx.events_dir)  # a trial cut short by an interrupt is run again whole
     ctx.events_dir.mkdir(parents=True)
     harness = EventWriter(ctx.events_dir / "harness.jsonl", src="harness")
-    if uses_namespaces(scenario):
-        ctx = replace(ctx, network=_topology(ctx))
+    ctx = replace(ctx, network=_network(ctx))
     job: Job = STRATEGIES[scenario.recovery.strategy].load()(ctx)
     faults = [] if ctx.fault_free else _schedule(ctx)
     start = harness.emit(
@@ -84,16 +80,27 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
     return _result(ctx, job, outcome, start, reference)
 
 
-def _topology(ctx: TrialContext) -> Topology:
-    """One network namespace per host of the trial (link faults)."""
-    from injectors.link import netns
+def _network(ctx: TrialContext) -> TrialNetwork | None:
+    """Namespaced hosts for link faults; a private namespace for a stack whose servers
+    cannot be told where to bind, where this machine allows it; else the loopback."""
+    from injectors.link import netns, system
 
-    launch = ctx.scenario.launch
-    return netns.Topology.create(
-        netns.tag_for(ctx.host.run_id),
-        ctx.scenario.workload.world_size // launch.ranks_per_host,
-        wire_packets=launch.wire_packets,
-    )
+    s, tag = ctx.scenario, system.tag_for(ctx.host.run_id)
+    if uses_namespaces(s):
+        return netns.Topology.create(
+            tag, s.workload.world_size // s.launch.ranks_per_host, wire_packets=s.launch.wire_packets
+        )
+    if confinable(s):
+        return netns.PrivateNet.create(tag)
+    return None
+
+
+def confinable(scenario: Scenario) -> bool:
+    """Whether the trials of ``scenario`` run in a private network namespace: its stack
+    has servers that listen on every interface, and namespaces work here (root)."""
+    from injectors.link import system
+
+    return bool(STRATEGIES[scenario.recovery.strategy].unbound_servers) and system.available() is None
 
 
 def _schedule(ctx: TrialContext) -> list[ScheduledFault]:
@@ -119,14 +126,16 @@ def _drive(
     """The driver loop: follow the events, fire and undo faults, let the job reap; how it ended."""
     state = TrialState()
     while True:
-        for e in tail.poll():
-            state.feed(e)
+        busy = any(f.busy() for f in faults)
+        if busy:  # only triggers and targets need the events as they happen
+            for e in tail.poll():
+                state.feed(e)
         if watchdog is not None:
             watchdog.poll()
         now = time.monotonic_ns()
         for fault in faults:
             fault.poll(state, now, harness)
-        if job.poll(TICK_S if any(f.busy() for f in faults) else IDLE_TICK_S):
+        if job.poll(TICK_S if busy else IDLE_TICK_S):
             return "ended"
         if time.monotonic_ns() > deadline:
             return "hung"

@@ -52,6 +52,10 @@ class Strategy(Plugin):
     """Its collectives pass through ftbench's rank-side fault hooks."""
     workloads: tuple[str, ...] = ()
     """Workload kinds it can train (empty: every one)."""
+    unbound_servers: tuple[str, ...] = ()
+    """Servers of its stack that cannot be told where to bind (they listen on every
+    interface). As root its trials then run in a private network namespace that nothing
+    outside can reach; otherwise run.json says they were not confined."""
     packages: tuple[str, ...] = ()
     """Distributions of its stack whose versions every run records (beyond torch)."""
     default: bool = False

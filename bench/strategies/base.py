@@ -5,14 +5,31 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bench.procs.launcher import ProcessHost
 from bench.rank.entry import HookSpec, RankSpec
 from bench.scenario.model import Point, Scenario
 
-if TYPE_CHECKING:
-    from injectors.link.netns import Topology
+
+class TrialNetwork(Protocol):
+    """Where a trial's processes live when not all on the harness's own loopback:
+    namespaced hosts for link faults (:class:`injectors.link.netns.Topology`), or one
+    private namespace that confines servers which cannot be told where to bind
+    (:class:`injectors.link.netns.PrivateNet`)."""
+
+    def namespace_for(self, host: int) -> str: ...
+
+    @property
+    def store_namespace(self) -> str: ...
+
+    @property
+    def store_address(self) -> str: ...
+
+    @property
+    def ifname(self) -> str: ...
+
+    def destroy(self) -> list[str]: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,9 +46,8 @@ class TrialContext:
     deadline_s: float
     fault_free: bool = False
     """A reference run: same point and seed, no faults injected."""
-    network: Topology | None = None
-    """The trial's network topology when hosts live in network namespaces (link
-    faults), else None (everything on loopback)."""
+    network: TrialNetwork | None = None
+    """The trial's network namespaces, or None (everything on the host's loopback)."""
 
     @property
     def scenario(self) -> Scenario:
@@ -41,12 +57,21 @@ class TrialContext:
         """The network namespace of ``rank``'s host ("" on loopback)."""
         if self.network is None:
             return ""
-        return self.network.hosts[rank // self.scenario.launch.ranks_per_host].namespace
+        return self.network.namespace_for(rank // self.scenario.launch.ranks_per_host)
 
     @property
     def store_host(self) -> str:
-        """Where ranks reach the launcher's store: the root namespace's bridge address."""
-        return self.network.root_address if self.network is not None else "127.0.0.1"
+        """Where the launcher's store listens and ranks reach it."""
+        return self.network.store_address if self.network is not None else "127.0.0.1"
+
+    @property
+    def store_namespace(self) -> str:
+        return self.network.store_namespace if self.network is not None else ""
+
+    @property
+    def ifname(self) -> str:
+        """The interface ranks' collectives use (``GLOO_SOCKET_IFNAME``)."""
+        return self.network.ifname if self.network is not None else "lo"
 
 
 class Job(ABC):
@@ -112,6 +137,7 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
         members=(),
         store_host=ctx.store_host,
         netns=ctx.namespace_of(rank),
+        ifname=ctx.ifname,
         events_dir=str(ctx.events_dir),
         entry=strategy.rank_entry,
         policy=strategy.rank_policy,

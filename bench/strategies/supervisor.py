@@ -34,6 +34,8 @@ class SupervisedJob(Job):
         self.launcher = LocalLauncher(
             host=ctx.host,
             start_method=start_method(ctx.scenario),
+            namespace=ctx.store_namespace,
+            address=ctx.store_host,
             trial_dir=ctx.trial_dir,
             events_dir=ctx.events_dir,
         )

@@ -41,7 +41,16 @@ from typing import Any, TypeVar
 
 from injectors import undo
 from injectors.link import nfqueue
-from injectors.link.system import NETNS_DIR, PREFIX, CommandError, Unavailable, available, namespaces, run_id, sh
+from injectors.link.system import (
+    NETNS_DIR,
+    PREFIX,
+    CommandError,
+    Unavailable,
+    available,
+    namespaces,
+    run_id,
+    sh,
+)
 from injectors.link.teardown import cleanup_all
 
 BENCH_NET = ipaddress.IPv4Network("198.18.0.0/15")
@@ -149,19 +158,28 @@ class Topology:
         """What reverts this topology from another process (the undo record): the full
         cleanup (processes and daemons inside too), then plain ``ip`` in case Python cannot."""
         return [
-            [
-                "env",
-                f"PYTHONPATH={nfqueue.PACKAGE_ROOT}",
-                sys.executable,
-                "-m",
-                "injectors.link.netns",
-                "cleanup",
-                self.tag,
-            ],
+            _teardown_command(self.tag),
             ["ip", "link", "del", self.root_ifname],
             *(["ip", "netns", "del", h.namespace] for h in self.hosts),
             ["ip", "netns", "del", self.hub],
         ]
+
+    # -- where a trial's processes live (see bench.strategies.base.TrialContext) -----------
+    def namespace_for(self, host: int) -> str:
+        return self.hosts[host].namespace
+
+    @property
+    def store_namespace(self) -> str:
+        """The launcher's store stays in the root namespace, reached over the bridge."""
+        return ""
+
+    @property
+    def store_address(self) -> str:
+        return self.root_address
+
+    @property
+    def ifname(self) -> str:
+        return "eth0"
 
     def host(self, name_or_index: str | int) -> Host:
         key = f"h{name_or_index}" if isinstance(name_or_index, int) else name_or_index
@@ -187,11 +205,6 @@ class Topology:
 
     def __exit__(self, *exc: object) -> None:
         self.destroy()
-
-
-def tag_for(text: str) -> str:
-    """A valid 6-character tag derived from any text (a run id, a trial id)."""
-    return hashlib.sha256(text.encode()).hexdigest()[:6]
 
 
 def locate(namespace: str) -> tuple[str, str]:
@@ -222,6 +235,88 @@ def enter(namespace: str) -> None:
             raise OSError(err, f"setns({NETNS_DIR / namespace}): {os.strerror(err)}")
     finally:
         os.close(fd)
+
+
+@dataclass(slots=True)
+class PrivateNet:
+    """One network namespace for a whole trial, with a loopback and nothing else.
+
+    For stacks whose servers cannot be told where to bind (torchft's Manager and HTTP
+    healing server, torchrun's stores): everything of the trial runs inside, so nothing
+    outside the trial can reach what listens there. The host's own addresses are added
+    to the namespace's loopback, so that servers advertising the host name (as torchft's
+    do) are reached as they would be outside, without a change to the stack.
+    """
+
+    tag: str
+    namespace: str
+    _record: Path | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, tag: str) -> PrivateNet:
+        if not _TAG.match(tag):
+            raise ValueError(f"network tag {tag!r}: expected 1-6 characters of [a-z0-9] (see tag_for)")
+        reason = available()
+        if reason:
+            raise Unavailable(reason)
+        net = cls(tag=tag, namespace=f"{PREFIX}-{tag}-p")
+        with _locked():
+            if net.namespace in namespaces():
+                raise RuntimeError(f"a private network tagged {tag!r} already exists (ip netns list)")
+            net._record = undo.register(
+                run_id(), f"private network {tag}", [_teardown_command(tag), ["ip", "netns", "del", net.namespace]]
+            )
+            try:
+                sh(["ip", "netns", "add", net.namespace])
+                sh(["ip", "-n", net.namespace, "link", "set", "lo", "up"])
+                for address in _own_addresses():
+                    sh(["ip", "-n", net.namespace, "addr", "add", address, "dev", "lo"])
+            except BaseException:
+                net.destroy()
+                raise
+        return net
+
+    def namespace_for(self, host: int) -> str:
+        return self.namespace
+
+    @property
+    def store_namespace(self) -> str:
+        return self.namespace
+
+    @property
+    def store_address(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def ifname(self) -> str:
+        return "lo"
+
+    def destroy(self) -> list[str]:
+        """Kill what is still inside, delete the namespace (idempotent)."""
+        removed = cleanup_all(tag=self.tag)
+        if self._record is not None:
+            undo.forget(self._record)
+            self._record = None
+        return removed
+
+
+def _own_addresses() -> list[str]:
+    """The addresses the host name resolves to, other than loopback, as ``ADDR/32``."""
+    found = set()
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return []
+    for family, *_rest, sockaddr in infos:
+        address = ipaddress.ip_address(sockaddr[0])
+        if not address.is_loopback:
+            found.add(f"{address}/{32 if family == socket.AF_INET else 128}")
+    return sorted(found)
+
+
+def _teardown_command(tag: str) -> list[str]:
+    """The full sweep of a tag's namespaces, run by another process (an undo record)."""
+    return ["env", f"PYTHONPATH={nfqueue.PACKAGE_ROOT}", sys.executable, "-m", "injectors.link.teardown", tag]
 
 
 def run_in(namespace: str, fn: Callable[..., T], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> T:

@@ -7,6 +7,7 @@ Every name ftbench creates starts with :data:`PREFIX`; that is how leftovers are
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shlex
 import shutil
@@ -92,3 +93,8 @@ def namespaces() -> list[str]:
         return sorted(p.name for p in NETNS_DIR.iterdir())
     except FileNotFoundError:
         return []
+
+
+def tag_for(text: str) -> str:
+    """A valid 6-character tag derived from any text (a run id, a trial id)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:6]

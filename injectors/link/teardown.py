@@ -16,24 +16,30 @@ import sys
 from collections.abc import Callable
 
 from injectors.link import nfqueue
-from injectors.link.system import PREFIX, namespaces, sh
+from injectors.link.system import PREFIX, namespaces, sh, tag_for
+from injectors.undo import live_runs
 
 
 def cleanup_all(tag: str | None = None) -> list[str]:
-    """Remove every leftover of ftbench's link faults (of one tag, or of any run).
+    """Remove every leftover of ftbench's network namespaces: of one tag, or of every
+    run that is not live (its harness is gone: :func:`injectors.undo.live_runs`), and
+    the probe namespaces of processes that died while probing.
 
-    Queue daemons and other processes inside ftbench namespaces, the namespaces, root
-    links named ftb*, iptables rules commented ftb* and chains named ftb* in the root
+    Queue daemons and other processes inside the namespaces, the namespaces, root links
+    named ftb<tag>*, iptables rules commented ftb* and chains named ftb* in the root
     namespace, nftables tables named ftb*. Qdiscs and rules inside a namespace go with
     it. Returns what was removed.
     """
-    if tag:
-        ns_re, link_re = re.compile(rf"{PREFIX}-{tag}-(hub|h\d+)"), re.compile(rf"{PREFIX}{tag}(br|h\d+|rp?)")
-    else:
-        ns_re, link_re = re.compile(rf"{PREFIX}-.*"), re.compile(rf"{PREFIX}.*")
-    mine = (lambda text: tag in text) if tag else (lambda text: True)
+    if tag is None:
+        live = {tag_for(run) for run in live_runs()}
+        tags = {m[1] for n in namespaces() if (m := _TAGGED.fullmatch(n))} - live
+        removed = _dead_probes()
+        for t in sorted(tags):
+            removed += cleanup_all(t)
+        return removed + ([] if live else _clean_root_firewall(lambda _text: True))
+    ns_re, link_re = re.compile(rf"{PREFIX}-{tag}-(hub|h\d+|p)"), re.compile(rf"{PREFIX}{tag}(br|h\d+|rp?)")
     ours = [n for n in namespaces() if ns_re.fullmatch(n)]
-    removed = [f"queue daemon {pid}" for pid in nfqueue.stop_daemons(namespaces=ours if tag else None)]
+    removed = [f"queue daemon {pid}" for pid in nfqueue.stop_daemons(namespaces=ours)]
     for ns in ours:
         pids = [int(p) for p in sh(["ip", "netns", "pids", ns], check=False).stdout.split()]
         for pid in pids:
@@ -50,7 +56,22 @@ def cleanup_all(tag: str | None = None) -> list[str]:
         name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
         if link_re.fullmatch(name) and sh(["ip", "link", "del", name], check=False).returncode == 0:
             removed.append(f"link {name}")
-    removed += _clean_root_firewall(mine)
+    removed += _clean_root_firewall(lambda text: tag in text)
+    return removed
+
+
+_TAGGED = re.compile(rf"{PREFIX}-([a-z0-9]{{1,6}})-(hub|h\d+|p)")
+_PROBE = re.compile(rf"{PREFIX}-(probe|netem)-(\d+)")
+
+
+def _dead_probes() -> list[str]:
+    """Probe namespaces (``ftb-probe-<pid>``, ``ftb-netem-<pid>``) whose prober died
+    before deleting them; a live prober's are left alone."""
+    removed = []
+    for ns in namespaces():
+        m = _PROBE.fullmatch(ns)
+        if m and not os.path.exists(f"/proc/{m[2]}") and sh(["ip", "netns", "del", ns], check=False).returncode == 0:
+            removed.append(f"namespace {ns}")
     return removed
 
 

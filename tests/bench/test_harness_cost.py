@@ -38,7 +38,7 @@ def test_fault_free_step_time_ftbench_over_bare(benchmark, workload: str) -> Non
         "interposed_medians_s": interposed,
         "ratio_of_medians": ratio,
         "interposed_ratio_of_medians": ratio_interposed,
-        "what": "median step time over every rank's steps after 20 warm-up steps, 4 gloo ranks, 300 steps",
+        "what": "median step time over every rank's steps after 20 warm-up steps, 4 gloo ranks, 1000 steps",
     }
     store_rounds(benchmark, ftb, extra)
     print(

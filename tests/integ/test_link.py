@@ -471,7 +471,7 @@ def test_sigkilled_creator_leaves_nothing_after_undo_all_and_cleanup_all() -> No
         ):
             time.sleep(0.05)
         assert not [ns for ns in nfqueue.daemons().values() if f"ftb-{tag}-" in ns], "daemon outlived its parent"
-        reverted = undo.undo_all(run)
+        reverted = undo.undo_all(run).reverted
         removed = teardown.cleanup_all(tag=tag)
         assert reverted and leftovers(tag) == [] and undo.pending(run) == [], (reverted, removed)
     finally:

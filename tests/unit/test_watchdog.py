@@ -28,7 +28,7 @@ def test_the_watchdogs_words_and_its_stamp() -> None:
 def test_a_watchdog_line_in_a_ranks_log_is_that_ranks_detection(tmp_path: Path) -> None:
     harness = EventWriter(tmp_path / "harness.jsonl", src="harness")
     watch = WatchdogLog(tmp_path, harness)
-    lt = time.localtime()
+    lt = time.localtime(time.time() - 1)  # the line was written a moment before it is read
     line = LINE.format(md=time.strftime("%m%d", lt), hms=time.strftime("%H:%M:%S", lt))
     log = tmp_path / "rank1-4242.log"
     log.write_text("NCCL INFO init\n" + line[:40])  # an unfinished line waits for its end

@@ -34,6 +34,7 @@ STRATEGIES.register(
         rank_policy="bench.strategies.restart.policy:Restart",
         stack="torchrun's elastic agent; plain torch.distributed in the workers",
         components=("agent",),
+        unbound_servers=("torchrun's c10d rendezvous store", "the store torchrun's agent hosts for its workers"),
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed worker
             ("teardown", "teardown_end"),  # surviving workers stopped

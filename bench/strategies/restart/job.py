@@ -8,7 +8,6 @@ agent's rendezvous store) every restart failed here with "Gloo connectFullMesh f
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -17,7 +16,9 @@ from typing import Any
 import torch
 
 from bench.procs.hygiene import marked_pids
+from bench.rank.entry import spec_to_json
 from bench.strategies.base import Job, rank_spec
+from injectors.link.netns import enter
 
 
 def free_port() -> int:
@@ -41,8 +42,8 @@ class Restart(Job):
             pdeathsig=False,
             checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
         )
-        spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.pkl"
-        spec_path.write_bytes(pickle.dumps(spec))
+        spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.json"
+        spec_path.write_text(spec_to_json(spec))
         args = [
             sys.executable,
             "-m",
@@ -62,7 +63,16 @@ class Restart(Job):
         ]
         env = dict(os.environ, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", OMP_NUM_THREADS="1")
         self.log = open(ctx.events_dir / "torchrun.log", "wb")  # noqa: SIM115 (closed by close())
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        # torchrun's stores listen on every interface: where the trial has a private
+        # network namespace, the agent (and so its workers) start inside it.
+        namespace = ctx.store_namespace
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=(lambda: enter(namespace)) if namespace else None,
+        )
 
     def poll(self, timeout_s: float) -> bool:
         """Over when the agent has exited and none of its workers is left: workers

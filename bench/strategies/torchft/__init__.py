@@ -74,6 +74,10 @@ STRATEGIES.register(
         phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")),
         rank_side_faults=False,
         workloads=("ddp",),
+        unbound_servers=(
+            "torchft's Manager (binds [::])",
+            "torchft's HTTP checkpoint transport (binds every interface)",
+        ),
         packages=("torchft", "torchft-nightly"),
         summary="per-step fault tolerance with torchft: lighthouse quorum, live healing from peers",
     )

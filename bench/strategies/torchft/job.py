@@ -68,6 +68,7 @@ class TorchFTJob(SupervisedJob):
             args=(
                 str(addr_file),
                 str(self.ctx.events_dir),
+                self.ctx.store_namespace,
                 p.min_replicas,
                 p.join_timeout_ms,
                 p.quorum_tick_ms,

@@ -32,13 +32,21 @@ _REPLICA_ID = re.compile(r"replica_id:\s*\"([^\"]+)\"")
 def main(
     addr_file: str,
     events_dir: str,
+    namespace: str,
     min_replicas: int,
     join_timeout_ms: int,
     quorum_tick_ms: int,
     heartbeat_timeout_ms: int,
 ) -> None:
-    """Body of the lighthouse process: serve until killed, logging to a file."""
+    """Body of the lighthouse process: serve on loopback until killed, logging to a file.
+
+    It advertises the host name (``http://<hostname>:<port>``); replicas are given
+    ``http://127.0.0.1:<port>``, the address it listens on, instead."""
     set_pdeathsig()
+    if namespace:
+        from injectors.link.netns import enter
+
+        enter(namespace)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ["RUST_LOG"] = "info"
     events = EventWriter(Path(events_dir) / f"lighthouse-{os.getpid()}.jsonl", src="lighthouse", pid=os.getpid())
@@ -47,21 +55,23 @@ def main(
     from torchft._torchft import LighthouseServer
 
     server = LighthouseServer(
-        bind="[::]:0",
+        bind="127.0.0.1:0",
         min_replicas=min_replicas,
         join_timeout_ms=join_timeout_ms,
         quorum_tick_ms=quorum_tick_ms,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
     )
+    address = "http://127.0.0.1:" + server.address().rsplit(":", 1)[1]
     events.emit(
         "lighthouse_ready",
-        address=server.address(),
+        address=address,
+        advertised=server.address(),
         min_replicas=min_replicas,
         join_timeout_ms=join_timeout_ms,
         quorum_tick_ms=quorum_tick_ms,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
     )
-    publish(addr_file, server.address())
+    publish(addr_file, address)
     while True:
         signal.pause()
 

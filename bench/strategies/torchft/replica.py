@@ -48,6 +48,7 @@ from torchft.ddp import DistributedDataParallel
 from torchft.optim import OptimizerWrapper
 
 from bench.procs.hygiene import redirect_output
+from bench.procs.store import bound_store
 from bench.rank.comm import classify
 from bench.rank.entry import RankSpec, device, store_client
 from bench.results.events import EventWriter
@@ -76,7 +77,7 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
 
     # The replica group's own store (torchrun's agent hosts it in a real job); group rank 0
     # of the quorum's first member also serves the process-group rendezvous from it.
-    group_store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False, timeout=td(seconds=spec.wait_s))
+    group_store = bound_store("127.0.0.1", timeout_s=spec.wait_s)
     pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
     pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
     transport = TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0)

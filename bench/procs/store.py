@@ -1,0 +1,40 @@
+"""c10d stores that listen where they are told.
+
+``TCPStore(host_name, ...)`` as a server listens on every interface: the host name is
+where clients connect, not where the server binds (docs/facts.md). So every store the
+harness runs is given a listening socket bound here, on the one address its clients
+use (loopback on one host, the bridge address for namespaced hosts), through
+``master_listen_fd``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+
+_SOCKETS: list[socket.socket] = []
+"""Listening sockets handed to stores: kept open for the life of the process."""
+
+
+def bound_store(host: str = "127.0.0.1", *, timeout_s: float) -> dist.TCPStore:
+    """A store server listening on ``host`` only, on a free port (``store.port``)."""
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen(1024)
+    _SOCKETS.append(sock)
+    return dist.TCPStore(
+        host,
+        sock.getsockname()[1],
+        None,
+        True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        master_listen_fd=sock.fileno(),
+    )

@@ -1,0 +1,184 @@
+"""Soak the harness's promises: interrupt runs at random and check that nothing is left
+and nothing is lost.
+
+    .venv/bin/python tools/soak.py --rounds 30 [--out DIR] [--seed 0]
+
+Each round starts ``ftbench run`` on one of two scenarios in turn (a SIGKILL of one of
+four DDP ranks under fail-stop and reinit; a partition of one host under reinit, which
+needs root for network namespaces), sends the harness SIGKILL, SIGINT or SIGTERM at a
+random moment, and checks, 2 s after the harness is gone: no process of the run, no
+network namespace, link, firewall rule or qdisc of ftbench's. Then it resumes the run
+(``ftbench run --resume``) to completion and checks that every trial of every point is
+in trials.jsonl exactly once, whole. It prints one line per round and a summary, and
+exits 1 if any check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.procs.hygiene import alive, marked  # noqa: E402
+
+KILL = """
+name = "soak-kill"
+[workload]
+kind = "ddp"
+world_size = 4
+steps = 120
+pg_timeout_s = 5
+[[faults]]
+kind = "kill"
+target = { ranks = [2] }
+trigger = { at_step = 40, jitter = "step" }
+[measure]
+trials = 3
+deadline_s = 60
+[sweep]
+"recovery.strategy" = ["failstop", "reinit"]
+"""
+
+PARTITION = """
+name = "soak-partition"
+[workload]
+kind = "ddp"
+world_size = 3
+steps = 150
+pg_timeout_s = 3
+[[faults]]
+kind = "partition"
+duration_s = 4
+target = { ranks = [1] }
+trigger = { at_step = 30 }
+[recovery]
+strategy = "reinit"
+[measure]
+trials = 3
+deadline_s = 60
+"""
+
+SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM)
+
+
+def ftbench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bench", *args]
+
+
+def network_leftovers() -> list[str]:
+    found = []
+    for argv in (["ip", "netns", "list"], ["ip", "-o", "link", "show"], ["iptables-save"], ["tc", "qdisc", "show"]):
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+        except FileNotFoundError:
+            continue
+        found += [f"{argv[0]}: {line.strip()}" for line in out.splitlines() if "ftb" in line]
+    return found
+
+
+def run_dir(out: Path) -> Path | None:
+    runs = sorted(out.glob("*/*/run.json"))
+    return runs[-1].parent if runs else None
+
+
+def completeness(run: Path) -> tuple[int, int, int]:
+    """(trials expected, trials found whole, trials duplicated or torn) of a finished run."""
+    info = json.loads((run / "run.json").read_text())
+    expected = len(info["points"]) * int(info["trials"])
+    rows = [json.loads(line) for line in (run / "trials.jsonl").read_text().splitlines() if line.strip()]
+    counts = Counter((r["point_hash"], r["trial"]) for r in rows if not r.get("reference"))
+    per_trial = {key: int(r.get("trial_rows") or 1) for r in rows for key in [(r["point_hash"], r["trial"])]}
+    whole = sum(1 for key, n in counts.items() if n == per_trial[key])
+    bad = sum(1 for key, n in counts.items() if n != per_trial[key])
+    return expected, whole, bad
+
+
+def one_round(i: int, scenario: Path, rng: random.Random, out: Path) -> dict[str, object]:
+    sig = SIGNALS[i % len(SIGNALS)]
+    before = set(marked())
+    harness = subprocess.Popen(
+        ftbench("run", str(scenario), "--out", str(out)),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait = rng.uniform(3.0, 25.0)
+    time.sleep(wait)
+    if harness.poll() is None:
+        harness.send_signal(sig)
+    try:
+        harness.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        harness.kill()
+        harness.wait()
+    time.sleep(2.0)
+    left = [p for p in marked() if p not in before and alive(p)]
+    net = network_leftovers()
+    run = run_dir(out)
+    resumed = None
+    if run is not None:
+        resumed = subprocess.run(
+            ftbench("run", "--resume", str(run)), cwd=ROOT, capture_output=True, text=True, timeout=1800
+        ).returncode
+    expected, whole, bad = completeness(run) if run is not None and resumed == 0 else (0, 0, 0)
+    ok = not left and not net and resumed == 0 and whole == expected and bad == 0
+    return {
+        "round": i + 1,
+        "scenario": scenario.stem,
+        "signal": signal.Signals(sig).name,
+        "after_s": round(wait, 1),
+        "processes_left": len(left),
+        "network_left": len(net),
+        "resume_exit": resumed,
+        "trials_expected": expected,
+        "trials_whole": whole,
+        "trials_bad": bad,
+        "ok": ok,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    base = args.out or Path(tempfile.mkdtemp(prefix="ftbench-soak-"))
+    scenarios = [base / "soak-kill.toml"]
+    scenarios[0].parent.mkdir(parents=True, exist_ok=True)
+    scenarios[0].write_text(KILL)
+    if os.geteuid() == 0:
+        scenarios.append(base / "soak-partition.toml")
+        scenarios[1].write_text(PARTITION)
+    results = []
+    for i in range(args.rounds):
+        r = one_round(i, scenarios[i % len(scenarios)], rng, base / f"round{i + 1:02d}")
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    failed = [r for r in results if not r["ok"]]
+    signals = Counter(str(r["signal"]) for r in results)
+    print(
+        f"soak: {len(results)} rounds ({', '.join(f'{k} {v}' for k, v in sorted(signals.items()))}); "
+        f"processes left {sum(int(str(r['processes_left'])) for r in results)}, network state left "
+        f"{sum(int(str(r['network_left'])) for r in results)}, trials lost or duplicated "
+        f"{sum(int(str(r['trials_expected'])) - int(str(r['trials_whole'])) for r in results)}; "
+        f"{len(failed)} round(s) failed"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
