@@ -8,6 +8,7 @@ call; this module only parses arguments, prints, and maps errors to exit statuse
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 from collections.abc import Callable
@@ -155,9 +156,27 @@ def validate(files: tuple[str, ...]) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Complete an interrupted run in this results directory (SCENARIO not needed).",
 )
+@click.option(
+    "--env",
+    "env_specs",
+    multiple=True,
+    metavar="REQUIREMENTS",
+    help="Run every point in this environment too (repeatable; e.g. --env torch==2.13.0 "
+    "--env torch==2.14.1; quote several requirements): a sweep of launch.env. Each is "
+    "built once into a cached virtual environment.",
+)
+@click.option("--point", "only", multiple=True, hidden=True, help="Run only this point hash (a child harness).")
 @SET_OPTION
 @_errors
-def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None, sets: tuple[str, ...]) -> None:
+def run(
+    scenario: str | None,
+    trials: int | None,
+    out: Path,
+    resume: Path | None,
+    env_specs: tuple[str, ...],
+    only: tuple[str, ...],
+    sets: tuple[str, ...],
+) -> None:
     """Run every point of SCENARIO and print its figures."""
     from bench.results.summary import format_point, format_side_by_side
     from bench.results.writer import RunDir
@@ -171,11 +190,13 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
     elif scenario is None:
         raise click.UsageError("give a SCENARIO, or --resume DIR")
     else:
+        if env_specs:
+            sets += (f"sweep.launch.env={_toml_list(env_specs)}",)
         sc, rundir = _load(scenario, sets), None
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        report = run_scenario(sc, out=out, trials=trials, resume=rundir, argv=sys.argv)
+        report = run_scenario(sc, out=out, trials=trials, resume=rundir, argv=sys.argv, only=set(only) or None)
     except KeyboardInterrupt:
         click.echo(
             "\nftbench: interrupted; finished trials are kept. Complete the run with:\n"
@@ -183,6 +204,8 @@ def run(scenario: str | None, trials: int | None, out: Path, resume: Path | None
             err=True,
         )
         sys.exit(130)
+    if only:
+        return  # a child harness: the parent prints the run's figures
     click.echo("")
     for point_hash, stats in report.stats.items():
         click.echo(format_point(stats, point_hash))
@@ -208,6 +231,10 @@ def cleanup() -> None:
     for line in removed:
         click.echo(f"removed {line}")
     click.echo(f"cleanup: {len(removed)} item(s) removed" if removed else "cleanup: nothing left behind")
+
+
+def _toml_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -281,24 +308,39 @@ def report(run_dirs: tuple[str, ...], out: Path | None) -> None:
     click.echo(f"plots:  {len(files.images)} PNG file(s) in {files.markdown.parent / 'plots'}")
 
 
+ENV_BASELINE = click.option(
+    "--env-baseline",
+    metavar="REQUIREMENTS",
+    help="Within one run made with --env: compare every other environment against this one "
+    "(as written to --env; '' for the harness's own).",
+)
+
+
 @cli.command()
 @click.argument("base")
-@click.argument("cand")
+@click.argument("cand", required=False)
+@ENV_BASELINE
 @_gate_options
 @_errors
 def compare(
     base: str,
-    cand: str,
+    cand: str | None,
+    env_baseline: str | None,
     metrics: tuple[str, ...],
     factor: float | None,
     floor_s: float | None,
     alpha: float | None,
     min_trials: int | None,
 ) -> None:
-    """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark."""
+    """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark.
+    With --env-baseline, BASE alone: its environments against one of them."""
     from bench.results import compare as cmp
+    from bench.results import environments
 
-    b, c = _run(base), _run(cand)
+    b = _run(base)
+    if (cand is None) == (env_baseline is None):
+        raise click.UsageError("give BASE and CAND, or one run and --env-baseline")
+    c = b if cand is None else _run(cand)
     opts = cmp.GateOptions.from_spec(
         c.gate_spec(),
         metrics=metrics or cmp.default_metrics(b, c),
@@ -307,15 +349,21 @@ def compare(
         alpha=alpha,
         min_trials=min_trials,
     )
-    click.echo(f"baseline:  {b.path}\ncandidate: {c.path}")
-    for line in cmp.run_differences(b, c):
+    if env_baseline is not None:
+        click.echo(f"run: {b.path}\nbaseline environment: {environments.normal(env_baseline) or 'the harness own'}")
+        rows, messages = environments.compare_envs(b, env_baseline, opts)
+    else:
+        click.echo(f"baseline:  {b.path}\ncandidate: {c.path}")
+        rows, messages = cmp.compare_runs(b, c, opts), cmp.run_differences(b, c)
+    for line in messages:
         click.echo(f"  differs: {line}")
-    click.echo(cmp.format_rows(cmp.compare_runs(b, c, opts), opts))
+    click.echo(cmp.format_rows(rows, opts))
 
 
 @cli.command()
 @click.argument("candidate")
 @click.option("--baseline", help="Run directory, scenario results directory or name under results/baselines/.")
+@ENV_BASELINE
 @_gate_options
 @click.option(
     "--slo/--no-slo",
@@ -328,6 +376,7 @@ def compare(
 def gate(
     candidate: str,
     baseline: str | None,
+    env_baseline: str | None,
     metrics: tuple[str, ...],
     factor: float | None,
     floor_s: float | None,
@@ -347,7 +396,7 @@ def gate(
     opts = cmp.GateOptions.from_spec(
         spec, metrics=metrics, factor=factor, floor_s=floor_s, alpha=alpha, min_trials=min_trials
     )
-    result = gt.gate(c, opts, base=b, slos=spec.slo if slo else ())
+    result = gt.gate(c, opts, base=b, env_baseline=env_baseline, slos=spec.slo if slo else ())
     click.echo(f"candidate: {c.path}" + (f"\nbaseline:  {b.path}" if b else ""))
     for line in result.messages:
         click.echo(f"  differs: {line}")

@@ -6,7 +6,9 @@ measured, down to the environment variables that change NCCL's or gloo's behavio
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -54,6 +56,56 @@ def versions(packages: Sequence[str] = ()) -> dict[str, Any]:
         "nccl": nccl,
         **{name: version for name in packages if (version := package_version(name))},
     }
+
+
+@functools.cache
+def stack_versions() -> dict[str, Any]:
+    """The versions of the stack under test in this interpreter's environment: every
+    trials.csv row carries them, so that runs in several environments compare."""
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
+        except Exception:
+            nccl = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "nccl": nccl,
+        "torchft": _version_of(provider("torchft", "torchft", "torchft-nightly")),
+        "nvrx": _version_of(provider("nvidia_resiliency_ext", "nvidia-resiliency-ext")),
+    }
+
+
+def provider(module: str, *names: str) -> tuple[str, str] | None:
+    """(distribution, version) of the distribution that ``import module`` would load,
+    or None if it is not importable.
+
+    Looked up next to the importable package, not by distribution name: two
+    distributions may provide the same package (``torchft`` and ``torchft-nightly``),
+    and an environment of ``ftbench run --env`` shadows the harness's packages.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        return None
+    if spec.origin is not None:
+        root = str(Path(spec.origin).parent.parent)
+    elif spec.submodule_search_locations:  # a namespace package (nvidia_resiliency_ext)
+        root = str(Path(next(iter(spec.submodule_search_locations))).parent)
+    else:
+        return None
+    wanted = {n.lower().replace("_", "-") for n in names}
+    for dist in importlib.metadata.distributions(path=[root]):
+        name = dist.metadata["Name"] or ""
+        if name.lower().replace("_", "-") in wanted:
+            return name, dist.version
+    return "unknown", "unknown"
+
+
+def _version_of(found: tuple[str, str] | None) -> str | None:
+    return None if found is None else found[1]
 
 
 def machine() -> dict[str, Any]:

@@ -110,6 +110,8 @@ def environment(runs: list[Run], tags: list[str] | None = None) -> pd.DataFrame:
         entries["knobs (environment)"] = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none set"
         for k, v in (info.get("strategy_versions") or {}).items():
             entries[f"strategy {k}"] = _show(v)
+        for spec, v in (info.get("environments") or {}).items():  # ftbench run --env
+            entries[f"environment {spec or '(harness)'}"] = _show(v)
         clock = info.get("clock") or {}
         entries["clock"] = f"{clock.get('implementation', '-')}, resolution {clock.get('resolution_s', '-')} s"
         entries["command"] = " ".join(map(str, info.get("command") or []))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bench.results.compare import GateOptions, Row, compare_runs, run_differences
+from bench.results.environments import compare_envs
 from bench.results.reader import Run
 from bench.results.stats import statistic
 from bench.scenario.config import ConfigError
@@ -94,14 +95,28 @@ def check_slos(run: Run, slos: Sequence[SLOSpec]) -> list[SloRow]:
     return rows
 
 
-def gate(cand: Run, opts: GateOptions, *, base: Run | None = None, slos: Sequence[SLOSpec] = ()) -> GateResult:
-    """The whole gate: comparison against ``base`` (if given) and service levels."""
+def gate(
+    cand: Run,
+    opts: GateOptions,
+    *,
+    base: Run | None = None,
+    env_baseline: str | None = None,
+    slos: Sequence[SLOSpec] = (),
+) -> GateResult:
+    """The whole gate: comparison against ``base``, or within ``cand`` of its other
+    environments against ``env_baseline`` (if given), and service levels."""
     result = GateResult()
-    if base is None and not slos:
-        raise ConfigError(str(cand.path), "gate", "a baseline (--baseline) or [[gate.slo]] service levels to check")
+    if base is None and env_baseline is None and not slos:
+        raise ConfigError(
+            str(cand.path), "gate", "a baseline (--baseline or --env-baseline) or [[gate.slo]] service levels to check"
+        )
     if base is not None:
         result.rows = compare_runs(base, cand, opts)
         result.messages += run_differences(base, cand)
+    if env_baseline is not None:
+        rows, messages = compare_envs(cand, env_baseline, opts)
+        result.rows += rows
+        result.messages += messages
     result.slo_rows = check_slos(cand, slos)
     return result
 

@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.results.derive import FaultFigures, TrialFacts, world_steps
+from bench.procs import envs
+from bench.procs.environment import stack_versions
 from bench.results.events import Event
+from bench.results.facts import FaultFigures, TrialFacts, world_steps
 from bench.scenario.figures import FAULT_FIGURES, TRIAL_FIGURES, is_phase
 from bench.scenario.model import Point
 
+#: The versions that ran each row (``env`` is the point's ``launch.env``, "" for the
+#: harness's own environment): runs across environments compare on them.
+VERSION_COLUMNS = ("env", "python", "torch", "nccl", "torchft", "nvrx")
 #: Leading columns of trials.csv; the fault's figures, its phases and the rest follow.
 ID_COLUMNS = (
     "point_hash",
@@ -54,6 +59,7 @@ TAIL_COLUMNS = (
     *TRIAL_FIGURES,
     "trial_wall_s",
     "trial_rows",
+    *VERSION_COLUMNS,
 )
 STEP_COLUMNS = (
     "point_hash",
@@ -146,6 +152,8 @@ class RunDir:
                 "steps_done": facts.steps_done,
                 **{name: getattr(facts, name) for name in TRIAL_FIGURES},
                 "trial_wall_s": wall_s,
+                "env": " ".join(envs.parse(s.launch.env)),
+                **stack_versions(),
             }
             rows.append(row)
         self.add_rows(rows)

@@ -9,6 +9,8 @@ SIGTERM) ends the current trial cleanly, keeps the finished ones and marks the r
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -17,20 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import bench
-from bench.procs import environment
+from bench.procs import environment, envs
 from bench.procs.launcher import ProcessHost
-from bench.results.derive import TrialFacts
+from bench.results.facts import TrialFacts
 from bench.results.summary import point_stats
 from bench.results.writer import RunDir
 from bench.run.trial import TrialResult, confinable, run_trial, unavailable
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
-from bench.scenario.loader import identity, parse, points, uses_namespaces
+from bench.scenario.loader import identity, parse, points, requirements, uses_namespaces
 from bench.scenario.model import Point, Scenario
 from bench.strategies import STRATEGIES
 from bench.strategies.base import TrialContext
 
 Progress = Callable[[str], None]
+ENV_SPEC = "FTBENCH_ENV_SPEC"
+"""Set in a child harness: the environment (``launch.env``) it runs in."""
 
 
 def _stderr(line: str) -> None:
@@ -56,8 +60,11 @@ def run(
     progress: Progress = _stderr,
     argv: list[str] | None = None,
     host: ProcessHost | None = None,
+    only: set[str] | None = None,
 ) -> RunReport:
-    """Run the scenario; ``host`` lets several runs share one forkserver (tests do)."""
+    """Run the scenario; ``host`` lets several runs share one forkserver (tests do);
+    ``only`` restricts the run to these point hashes (a child harness running the
+    points of one environment, see :meth:`Session.run_point`)."""
     if trials is not None:
         scenario = replace(scenario, measure=replace(scenario.measure, trials=trials))
     pts = points(scenario)
@@ -69,6 +76,7 @@ def run(
     info["status"] = "running"
     rundir.write_run_json(info)
     n = scenario.measure.trials
+    pts = [p for p in pts if only is None or p.point_hash in only]
     progress(f"ftbench: {scenario.name}: {len(pts)} point(s) x {n} trial(s) -> {rundir.path}")
     session = Session(rundir=rundir, info=info, done=rundir.finished(), progress=progress, trials=n, total=len(pts) * n)
     status = "interrupted"
@@ -79,7 +87,7 @@ def run(
             info.setdefault("machine", environment.machine())
             for point in pts:
                 session.run_point(point)
-        status = "complete"
+        status = "complete" if only is None else "running"  # a child harness: the parent ends the run
     finally:
         stats = point_stats(rundir.rows())
         info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped)
@@ -104,7 +112,13 @@ class Session:
     host: ProcessHost = field(init=False)
 
     def run_point(self, point: Point) -> None:
-        """Every trial of ``point`` (after its reference), or why it cannot run here."""
+        """Every trial of ``point`` (after its reference), or why it cannot run here.
+        A point of another environment (``launch.env``) runs in a child harness started
+        with that environment's interpreter."""
+        spec = " ".join(requirements(point.scenario.launch.env))
+        if spec != os.environ.get(ENV_SPEC, ""):
+            self._in_environment(point, spec)
+            return
         try:
             w = point.scenario.workload
             backend = environment.resolve_backend(w.backend, w.world_size)
@@ -131,6 +145,43 @@ class Session:
             if result.outcome == "interrupted":
                 raise KeyboardInterrupt
             self.info.setdefault("strategy_versions", {}).setdefault(point.scenario.recovery.strategy, result.versions)
+
+    def _in_environment(self, point: Point, spec: str) -> None:
+        """Run ``point`` in a child harness in the environment of ``spec``; its rows go to
+        this run's directory, its versions into run.json's ``environments``."""
+        try:
+            env = envs.prepare(spec, progress=self.progress)
+        except (envs.EnvBuildError, OSError) as err:
+            self.skipped[point.label] = f"environment {spec!r}: {err}"
+            self.progress(f"  skip {point.label}: environment {spec!r}: {err}")
+            self.counter += self.trials
+            return
+        self.info.setdefault("environments", {})[env.spec] = env.versions
+        self.rundir.write_run_json(self.info)
+        self.progress(f"  {point.label}: in environment {env.spec!r} ({env.python})")
+        argv = [
+            env.python,
+            "-m",
+            "bench",
+            "run",
+            "--resume",
+            str(self.rundir.path),
+            "--point",
+            point.point_hash,
+            "--trials",
+            str(self.trials),
+        ]
+        code = subprocess.run(argv, env=dict(os.environ, **{ENV_SPEC: env.spec}), check=False).returncode
+        child = self.rundir.read_run_json()
+        for key in ("strategy_versions", "exposure", "skipped"):
+            for name, value in (child.get(key) or {}).items():
+                (self.skipped if key == "skipped" else self.info.setdefault(key, {})).setdefault(name, value)
+        self.done |= self.rundir.finished()
+        self.counter += self.trials
+        if code == 130:
+            raise KeyboardInterrupt
+        if code != 0:
+            self.skipped.setdefault(point.label, f"the harness in environment {spec!r} exited with {code}")
 
     def _exposure(self, point: Point) -> None:
         """Say in run.json, and once on the console, which servers of the stack listen
@@ -184,8 +235,8 @@ def _reference(
         return None
     ctx = context(point, 0, host, rundir, backend, fault_free=True)
     if (point.point_hash, 0, True) in done:
-        from bench.results.derive import trial_facts
         from bench.results.events import read_events
+        from bench.results.facts import trial_facts
 
         w = point.scenario.workload
         return trial_facts(read_events(ctx.events_dir), steps=w.steps, warmup_steps=w.warmup_steps)
@@ -290,7 +341,12 @@ def _initial_info(scenario: Scenario, pts: list[Point], argv: list[str] | None) 
             "sweep": {k: list(v) for k, v in scenario.sweep},
         },
         "points": [
-            {"point_hash": p.point_hash, "label": p.label, "values": dict(p.values), "config": identity(p.scenario)}
+            {
+                "point_hash": p.point_hash,
+                "label": p.label,
+                "values": dict(p.values),
+                "config": identity(p.scenario, drop_defaults=False),
+            }
             for p in pts
         ],
     }

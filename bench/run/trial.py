@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench.results.derive import FaultFigures, TrialFacts, fault_figures, trial_facts
+from bench.results.derive import fault_figures
 from bench.results.events import Event, EventTail, EventWriter, read_events
+from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.schedule import ScheduledFault, TrialState
 from bench.run.watchdog import WatchdogLog
 from bench.scenario.faults import FAULTS

@@ -169,12 +169,32 @@ def _check_range(value: float, meta: Mapping[str, Any], file: str, key: str, wha
         raise ConfigError(file, key, what + _range_text(meta), value)
 
 
-def to_dict(obj: Any) -> Any:
-    """A dataclass tree as plain JSON-able values (tuples become lists)."""
+def to_dict(obj: Any, *, drop_defaults: bool = False) -> Any:
+    """A dataclass tree as plain JSON-able values (tuples become lists).
+
+    ``drop_defaults`` leaves out fields at their declared default, so that a field added
+    in a later version (with a default that keeps the old behaviour) does not change
+    what an old scenario hashes to: a run resumed across that change still finds its
+    finished trials.
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if drop_defaults and _is_default(f, value):
+                continue
+            out[f.name] = to_dict(value, drop_defaults=drop_defaults)
+        return out
     if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
+        return [to_dict(v, drop_defaults=drop_defaults) for v in obj]
     if isinstance(obj, dict):
-        return {str(k): to_dict(v) for k, v in obj.items()}
+        return {str(k): to_dict(v, drop_defaults=drop_defaults) for k, v in obj.items()}
     return obj
+
+
+def _is_default(f: dataclasses.Field[Any], value: Any) -> bool:
+    if f.default is not dataclasses.MISSING:
+        return bool(value == f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return bool(value == f.default_factory())
+    return False

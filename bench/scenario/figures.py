@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["s", "steps", "ratio", "loss", "bytes"]
+Unit = Literal["s", "steps", "ratio", "loss", "bytes", "ranks"]
 Better = Literal["lower", "higher", "neither"]
 
 
@@ -24,7 +24,7 @@ class Figure:
     name: str
     """Column of trials.csv."""
     unit: Unit
-    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss`` or ``bytes``."""
+    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss``, ``bytes`` or ``ranks``."""
     better: Better
     """Which way is an improvement; ``neither`` for a signed deviation (``loss_delta``)."""
     meaning: str
@@ -85,6 +85,12 @@ FIGURES: tuple[Figure, ...] = (
         unit="s",
         better="lower",
         meaning="time to full strength: first step of a post-fault world as large as before, minus the injection",
+    ),
+    Figure(
+        name="survivor_crashes",
+        unit="ranks",
+        better="lower",
+        meaning="surviving ranks whose training code crashed after the fault (the stack's own handling took them down)",
     ),
     Figure(
         name="steps_discarded",

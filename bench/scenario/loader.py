@@ -83,13 +83,16 @@ def points(scenario: Scenario) -> list[Point]:
     return result
 
 
-def identity(scenario: Scenario) -> dict[str, Any]:
-    """What makes two points the same measurement: not the name, trial count or gate."""
+def identity(scenario: Scenario, *, drop_defaults: bool = True) -> dict[str, Any]:
+    """What makes two points the same measurement: not the name, trial count or gate.
+
+    Fields at their defaults are left out of the hash, so that it survives new fields;
+    run.json keeps them all (``drop_defaults=False``) for readers."""
     return {
-        "workload": to_dict(scenario.workload),
-        "faults": to_dict(scenario.faults),
-        "recovery": to_dict(scenario.recovery),
-        "launch": to_dict(scenario.launch),
+        "workload": to_dict(scenario.workload, drop_defaults=drop_defaults),
+        "faults": to_dict(scenario.faults, drop_defaults=drop_defaults),
+        "recovery": to_dict(scenario.recovery, drop_defaults=drop_defaults),
+        "launch": to_dict(scenario.launch, drop_defaults=drop_defaults),
         "seed": scenario.measure.seed,
     }
 
@@ -216,6 +219,13 @@ def check_figure(name: str, *, file: str, key: str) -> None:
         raise ConfigError(file, key, f"a figure ({figures.known()})", name)
 
 
+def requirements(spec: str) -> list[str]:
+    """The requirements of ``launch.env`` (see :mod:`bench.procs.envs`, which builds them)."""
+    from bench.procs.envs import parse
+
+    return parse(spec)
+
+
 def default_strategy() -> str:
     """The strategy of a scenario that names none (the one declared ``default``)."""
     return next(name for name in STRATEGIES.names() if STRATEGIES[name].default)
@@ -239,6 +249,10 @@ def _cross_check(s: Scenario, file: str) -> None:
             where=f"faults.{i}",
         )
     _check_strategy(s, file)
+    try:
+        requirements(s.launch.env)
+    except ValueError as err:
+        raise ConfigError(file, "launch.env", "requirements NAME[==VERSION] separated by spaces", str(err)) from None
 
 
 def _check_strategy(s: Scenario, file: str) -> None:

@@ -79,6 +79,11 @@ class LaunchSpec:
     """``auto``: a stock strategy's collectives run as shipped unless a rank-side fault
     needs a hook in their path. ``always``: put that thin interposer there in every
     trial, to measure what it costs (step time, detection) against ``auto``."""
+    env: str = ""
+    """Requirements of the environment the trials run in (``"torch==2.13.0"``, several
+    separated by spaces; names and versions of the package index only): built once into
+    a cached virtual environment. "" is the harness's own. Sweep it to compare versions
+    (``ftbench run SCENARIO --env torch==2.13.0 --env torch==2.14.1``)."""
     ranks_per_host: int = bounded(1, ge=1)
     """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
     at once (node loss), and link faults act on a host's network namespace."""

@@ -58,12 +58,14 @@ def write_run(
     config: dict[str, Any] | None = None,
     steps: bool = False,
     reference: bool = False,
+    values: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """A run of scenario ``name`` with the given trials per point label.
 
     ``salt`` changes every point hash (the same scenario with another knob); ``config``
     is each point's configuration in run.json; ``steps`` also writes steps.csv and
-    event logs (4 ranks, rank 2 fails at step 10, the survivors go on in generation 1).
+    event logs (4 ranks, rank 2 fails at step 10, the survivors go on in generation 1);
+    ``values``: each label's swept values.
     """
     path = root / name / f"20261202T120000Z_{salt or 'base'}"
     path.mkdir(parents=True)
@@ -75,7 +77,7 @@ def write_run(
             {
                 "point_hash": h,
                 "label": label,
-                "values": {},
+                "values": (values or {}).get(label, {}),
                 "config": {"workload": {"world_size": 4}, "recovery": {"strategy": strat}, **(config or {})},
             }
         )

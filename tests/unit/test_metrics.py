@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from bench.results.derive import fault_figures, trial_facts
+from bench.results.derive import fault_figures
+from bench.results.facts import trial_facts
 
 MS = 1_000_000
 
@@ -117,6 +118,25 @@ def test_failstop_has_detection_only() -> None:
     assert f.figures["ttd_all_s"] == pytest.approx(0.0305)
     for name in ("ttr_s", "downtime_s", "steps_lost", "degraded_step_ratio"):
         assert math.isnan(f.figures[name]), name
+
+
+def test_survivors_taken_down_by_the_stack_are_counted_and_named() -> None:
+    """torchft 0.2.0's DDP: the survivors detect the death, then its comm hook's assert
+    kills them; the victim's own crash does not count."""
+    hook = 'Traceback (most recent call last):\n  File "/site/torchft/ddp.py", line 76, in _comm_hook\n'
+    e = steps([0, 1, 2, 3], 1, 10, t0_ms=10) + [
+        ev(100.5, "inject", src="harness", fault=0, kind="kill", ranks=[2]),
+        ev(101.0, "crash", src="rank", rank=2, error="RuntimeError: victim"),
+        ev(105.0, "detect", src="rank", rank=1, how="peer_closed"),
+        ev(106.0, "crash", src="rank", rank=1, error="AssertionError: ", traceback=hook),
+        ev(107.0, "crash", src="rank", rank=3, error="AssertionError: ", traceback=hook),
+    ]
+    (f,) = figures(e)
+    assert f.outcome == "failed"
+    assert f.figures["survivor_crashes"] == 2
+    assert f.error == "survivors crashed: rank 1, 3 (AssertionError at ddp.py:76 in _comm_hook)"
+    (f,) = figures(recovered_kill())
+    assert f.figures["survivor_crashes"] == 0 and f.error == ""
 
 
 def test_ttd_all_is_empty_when_a_survivor_never_detected() -> None:

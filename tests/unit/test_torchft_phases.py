@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from bench.results.derive import fault_figures, trial_facts
+from bench.results.derive import fault_figures
+from bench.results.facts import trial_facts
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import parse
 from bench.strategies import STRATEGIES

@@ -7,10 +7,9 @@ it (docs/facts.md). No torch import here: the harness asks before any trial.
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import re
-from pathlib import Path
+
+from bench.procs.environment import provider
 
 #: The first torchft-nightly whose DDP returns a failed bucket unchanged.
 FIXED_NIGHTLY = (2026, 10, 26)
@@ -19,21 +18,9 @@ BROKEN_RELEASE = (0, 2, 0)
 
 
 def torchft_version() -> tuple[str, str] | None:
-    """(distribution, version) of the torchft that ``import torchft`` would load, or None.
-
-    Looked up next to the importable package, not by distribution name: both
-    ``torchft`` and ``torchft-nightly`` provide the same package, and a ``PYTHONPATH``
-    entry may shadow the one installed in the environment.
-    """
-    spec = importlib.util.find_spec("torchft")
-    if spec is None or spec.origin is None:
-        return None
-    root = str(Path(spec.origin).parent.parent)
-    for dist in importlib.metadata.distributions(path=[root]):
-        name = dist.metadata["Name"] or ""
-        if name.lower().replace("_", "-") in ("torchft", "torchft-nightly"):
-            return name, dist.version
-    return "unknown", "unknown"
+    """(distribution, version) of the torchft that ``import torchft`` would load, or None
+    (``torchft`` and ``torchft-nightly`` provide the same package)."""
+    return provider("torchft", "torchft", "torchft-nightly")
 
 
 def ddp_workaround_needed(version: tuple[str, str] | None, mode: str) -> bool:
