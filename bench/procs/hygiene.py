@@ -100,7 +100,14 @@ def kill_all(pids: Iterable[int], *, timeout_s: float = 10.0) -> list[int]:
     return left
 
 
-def sweep(run_id: str, *, keep: Iterable[int] = ()) -> list[int]:
+def sweep(run_id: str, *, keep: Iterable[int] = (), timeout_s: float = 10.0) -> list[int]:
     """Kill every process of run ``run_id`` except ``keep``; returns pids that survived."""
     spared = set(keep) | {os.getpid()}
-    return kill_all(p for p in marked_pids(run_id) if p not in spared)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        # A process listed a moment ago may have forked since (an agent restarting its
+        # workers): sweep again until a listing comes back empty.
+        targets = [p for p in marked_pids(run_id) if p not in spared]
+        left = kill_all(targets, timeout_s=max(0.0, deadline - time.monotonic()))
+        if not targets or left or time.monotonic() >= deadline:
+            return left

@@ -32,10 +32,22 @@ def run_scenario(host: ProcessHost, tmp_path: Path, write_scenario) -> Callable[
     def go(text: str, **kw: Any) -> RunReport:
         report = run(load(write_scenario(text)), out=tmp_path / "results", host=host, progress=lambda _: None, **kw)
         leftovers = set(marked_pids(host.run_id)) - host.infrastructure()
-        assert not leftovers, f"processes left after the run: {sorted(leftovers)}"
+        assert not leftovers, f"processes left after the run: {describe(leftovers)}"
         return report
 
     return go
+
+
+def describe(pids: set[int]) -> list[str]:
+    """``pid: command line`` of each process, for a failure message that names the culprit."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = "(gone)"
+        out.append(f"{pid}: {cmd}")
+    return out
 
 
 def rows(report: RunReport) -> list[dict[str, Any]]:

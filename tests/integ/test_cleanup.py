@@ -151,3 +151,30 @@ def test_interrupt_keeps_finished_trials_and_resume_completes_the_run(tmp_path: 
     lines = run_dir.joinpath("trials.jsonl").read_text().splitlines()
     assert len(lines) == 6, "resume runs exactly the trials that were missing"
     assert '"status": "complete"' in run_dir.joinpath("run.json").read_text()
+
+
+FORKER = """
+import os, time
+while True:  # a parent that keeps forking, as an agent restarting its workers does
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(0.001)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sweep_catches_children_forked_while_it_sweeps() -> None:
+    from bench.procs.hygiene import MARKER, marked_pids, sweep
+
+    run_id = f"sweeptest{os.getpid()}"
+    parent = subprocess.Popen([sys.executable, "-c", FORKER], env={**os.environ, MARKER: run_id})
+    try:
+        deadline = time.monotonic() + 20
+        while len(marked_pids(run_id)) < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sweep(run_id) == []
+        assert marked_pids(run_id) == [], "a child forked during the sweep outlived it"
+    finally:
+        parent.kill()
+        parent.wait()
