@@ -18,6 +18,7 @@ as in NVRx's basic example.
 from __future__ import annotations
 
 import datetime
+import importlib
 import logging
 import os
 from pathlib import Path
@@ -60,6 +61,12 @@ def rank_main(spec: RankSpec, events: EventWriter) -> int:
     params: NVRxInprocessParams = spec.recovery.params
     port = int(store_client(spec).get(STORE_PORT_KEY).decode())
     os.environ.update(RANK=str(spec.rank), WORLD_SIZE=str(len(spec.members)), MASTER_ADDR=spec.store_host)
+    # The first optimizer step imports torch._dynamo: seconds in which the main thread
+    # stamps no progress (docs/facts.md). Done here, before the Wrapper, as NVRx's
+    # optimal example builds what lasts before its wrapped function: a RankShouldRestart
+    # that NVRx raises inside an import leaves a half-initialised module behind, and
+    # every later iteration then fails on it (measured: docs/facts.md).
+    importlib.import_module("torch._dynamo")
     events_dir = Path(spec.events_dir).resolve()  # NVRx's monitor process changes directory to /
     observe_store(StoreEvents(events, events_dir, spec.rank))
     wrapper = build_wrapper(params, events.emit, host=spec.store_host, port=port, logfile=events_dir)

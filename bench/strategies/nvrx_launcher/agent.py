@@ -52,7 +52,7 @@ class MonitorEvents:
         if info is None or info.pid in self.reported:
             return
         self.reported.add(info.pid)
-        self.emit("detect", how=how, of_rank=info.global_rank, of_pid=info.pid)
+        self.emit("detect", how=how, of_rank=int(info.global_rank), of_pid=info.pid)
 
 
 def observe_rank_monitors(server_cls: type, events: MonitorEvents) -> None:
