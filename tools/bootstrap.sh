@@ -33,8 +33,8 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 
-extras=torchft
-[ "$MODE" = "--test" ] && extras=torchft,test,lint
+extras=torchft,nvrx
+[ "$MODE" = "--test" ] && extras=torchft,nvrx,test,lint
 stamp="$VENV/.ftbench-$extras-$(cat pyproject.toml tools/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   pip install -e ".[$extras]"

@@ -1,0 +1,169 @@
+"""What every strategy that runs a torchelastic-style launcher shares (torchrun for
+``restart``, NVRx's ``ft_launcher`` for ``nvrx-launcher``).
+
+Both launchers are the same shape: one agent process per node that starts fresh worker
+interpreters, watches them, and tears the group down and re-rendezvouses on a failure.
+ftbench runs the launcher's own ``main`` and its own agent class, and only observes it:
+
+- :func:`instrument` wraps four lifecycle methods of the agent class so that each records
+  an event before or after calling the original (``detect`` by the agent's monitor,
+  ``teardown_*``, ``rendezvous_*``, ``workers_started``); the agent's behaviour is
+  unchanged.
+- :func:`agent_main` is the body of the instrumented agent process
+  (``python -m <module> EVENTS_DIR -- <launcher args>``).
+- :class:`ElasticJob` is the harness side: it writes the rank spec the workers read,
+  starts the agent (inside the trial's private network namespace where there is one:
+  both launchers' stores listen on every interface), and reaps it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import subprocess
+import sys
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.procs.hygiene import marked_pids, set_pdeathsig
+from bench.rank.entry import spec_to_json
+from bench.results.events import EventWriter
+from bench.strategies.base import Job, rank_spec
+from injectors.link.netns import enter
+
+
+def free_port() -> int:
+    """A free loopback port (a launcher needs its rendezvous port up front)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def instrument(cls: type, events: EventWriter, failed_states: Sequence[Any]) -> None:
+    """Wrap the agent's lifecycle methods with events; behaviour is unchanged.
+
+    ``failed_states``: the values of the launcher's ``WorkerState`` that mean a failed
+    group (each launcher has its own enum: torch's, or NVRx's vendored copy).
+    """
+    failing = {"now": False}
+
+    def around(name: str, before: str | None, after: Callable[[Any, Any], None]) -> None:
+        original = getattr(cls, name)
+
+        @functools.wraps(original)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if before:
+                events.emit(before)
+            result = original(self, *args, **kwargs)
+            after(self, result)
+            return result
+
+        setattr(cls, name, wrapper)
+
+    def monitored(_agent: Any, result: Any) -> None:
+        bad = result.state in failed_states
+        if bad and not failing["now"]:
+            failures = {str(rank): f.exitcode for rank, f in result.failures.items()}
+            events.emit("detect", how="agent_monitor", state=result.state.name, failures=failures)
+        failing["now"] = bad
+
+    def stopped(_agent: Any, _result: Any) -> None:
+        events.emit("teardown_end")
+
+    def rendezvoused(agent: Any, _result: Any) -> None:
+        events.emit("rendezvous_end", remaining_restarts=getattr(agent, "_remaining_restarts", None))
+
+    def started(_agent: Any, ids: Any) -> None:
+        events.emit("workers_started", pids=list(ids.values()))
+
+    around("_monitor_workers", None, monitored)
+    around("_stop_workers", "teardown_start", stopped)
+    around("_rendezvous", "rendezvous_start", rendezvoused)
+    around("_start_workers", None, started)
+
+
+def agent_main(argv: list[str], usage: str, run: Callable[[EventWriter, list[str]], None]) -> None:
+    """Body of an instrumented agent process: ``EVENTS_DIR -- LAUNCHER_ARGS...``.
+
+    ``run(events, launcher_args)`` instruments the launcher's classes and calls its main.
+    The agent dies with the harness; its workers do not (whether they outlive a dead
+    agent is part of the behaviour under test, and the guard sweeps them)."""
+    set_pdeathsig()
+    events_dir, sep, *launcher_args = argv
+    if sep != "--":
+        raise SystemExit(f"usage: {usage}")
+    events = EventWriter(Path(events_dir) / f"agent-{os.getpid()}.jsonl", src="agent", pid=os.getpid())
+    events.emit("proc_start", role="agent")
+    run(events, launcher_args)
+
+
+class ElasticJob(Job):
+    """One instrumented launcher agent per trial, its workers running ``bench.rank.entry``."""
+
+    agent_module: str
+    """The instrumented agent: ``python -m <agent_module> EVENTS_DIR -- ARGS``."""
+    log_name: str
+    """The agent's (and its workers') console output, in the trial's event directory."""
+
+    @abstractmethod
+    def launcher_args(self, nproc: int, rdzv_port: int) -> list[str]:
+        """The launcher's own arguments, before the worker command."""
+
+    def agent_env(self) -> dict[str, str]:
+        """The agent's environment (workers inherit it)."""
+        return dict(os.environ, OMP_NUM_THREADS="1")
+
+    def start(self) -> None:
+        ctx = self.ctx
+        n = ctx.point.scenario.workload.world_size
+        spec = rank_spec(
+            ctx,
+            -1,
+            "initial",
+            members=tuple(range(n)),
+            pdeathsig=False,
+            checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
+        )
+        spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.json"
+        spec_path.write_text(spec_to_json(spec))
+        args = [
+            sys.executable,
+            "-m",
+            self.agent_module,
+            str(ctx.events_dir),
+            "--",
+            *self.launcher_args(n, free_port()),
+            "-m",
+            "bench.rank.entry",
+            str(spec_path),
+        ]
+        self.log = open(ctx.events_dir / self.log_name, "wb")  # noqa: SIM115 (closed by close())
+        # The launchers' stores listen on every interface: where the trial has a private
+        # network namespace, the agent (and so its workers) start inside it.
+        namespace = ctx.store_namespace
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=self.agent_env(),
+            preexec_fn=(lambda: enter(namespace)) if namespace else None,
+        )
+
+    def poll(self, timeout_s: float) -> bool:
+        """Over when the agent has exited and none of its workers is left: workers
+        outlive a killed agent (docs/facts.md), and what they do then is part of the trial."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        host = self.ctx.host
+        return not (set(marked_pids(host.run_id)) - host.infrastructure())
+
+    def close(self) -> None:
+        self.ctx.host.sweep_trial()  # the agent, its workers, and any worker it orphaned
+        if hasattr(self, "proc"):
+            self.proc.wait(timeout=30)
+            self.log.close()
