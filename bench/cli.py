@@ -129,11 +129,13 @@ def _kv(d: dict[str, Any], prefix: str = "") -> str:
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
     """Check scenario files; one line per file, exit status 2 if any is invalid."""
+    from bench.scenario.config import one_line  # a path may hold a newline
+
     bad = 0
     for name in files:
         try:
             sc = load(catalogue.resolve(name))
-            click.echo(f"ok    {sc.source}: {sc.name}, {len(points(sc))} point(s)")
+            click.echo(f"ok    {one_line(sc.source)}: {sc.name}, {len(points(sc))} point(s)")
         except ConfigError as err:
             click.echo(f"error {err}", err=True)
             bad += 1

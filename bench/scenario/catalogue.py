@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
-from bench.scenario.config import ConfigError
+from bench.scenario import limits
+from bench.scenario.config import ConfigError, one_line
 
 
 def directory() -> Path:
@@ -20,22 +20,28 @@ def named() -> dict[str, Path]:
 
 
 def describe() -> list[tuple[str, str]]:
-    """(name, one-line description) of every named scenario, for ``ftbench list``."""
+    """(name, one-line description) of every named scenario, for ``ftbench list``; a
+    file that cannot be read (or is no regular file: never opened) says so instead."""
     result = []
     for name, path in named().items():
         try:
-            description = str(tomllib.loads(path.read_text()).get("description", ""))
-        except (OSError, tomllib.TOMLDecodeError) as err:
+            text = limits.parse_toml(limits.read_text(path, str(path)), str(path)).get("description", "")
+            description = text.splitlines()[0] if isinstance(text, str) and text else ""
+        except ConfigError as err:
             description = f"(unreadable: {err})"
-        result.append((name, description.splitlines()[0] if description else ""))
+        result.append((one_line(name), one_line(description)))
     return result
 
 
 def resolve(name_or_file: str) -> Path:
     """A scenario file from a name of the catalogue or a path."""
     path = Path(name_or_file)
-    if path.suffix == ".toml" or path.exists():
-        if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as err:  # a name too long for the file system, say
+        raise ConfigError(name_or_file, "", "a scenario file or a named scenario", str(err)) from None
+    if path.suffix == ".toml" or exists:
+        if not exists:
             raise ConfigError(name_or_file, "", "an existing scenario file")
         return path
     catalogue = named()

@@ -6,17 +6,38 @@ silently: every unknown key, wrong type, out-of-range value and unknown choice b
 dataclasses that describe a configuration stay plain (frozen, keyword-only, slotted);
 bounds live in field metadata through :func:`bounded`, so a reader sees the constraint
 next to the field.
+
+Numbers are checked beyond their declared bounds, because a scenario is fed to clocks,
+random generators and C libraries that do not forgive: ``inf`` and ``nan`` are refused
+everywhere, integers must fit 64 bits (:data:`INT_MIN`, :data:`INT_MAX`), and a
+non-integer number whose field declares no upper bound of its own is at most
+:data:`MAX_MAGNITUDE` in magnitude. Strings may not hold control characters (a label
+with an ANSI escape or a NUL would reach terminals and file names), and lists hold at
+most :data:`MAX_ITEMS` entries unless the field says fewer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import reprlib
 import types
 import typing
+import unicodedata
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
+
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""Integers are 64-bit signed, as TOML says and as torch, the kernel and torchft take them."""
+MAX_MAGNITUDE = 1e9
+"""A float field that declares no upper bound is at most this in magnitude: 1e9 s is
+31 years (``time.sleep`` and ``timedelta`` overflow not far beyond), and no rate, ratio
+or size knob of a scenario means anything past it."""
+MAX_ITEMS = 1024
+"""Entries of one list at most, unless its field declares fewer (``max_items``)."""
 
 
 class ConfigError(ValueError):
@@ -34,8 +55,16 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         where = f"{self.file}: {self.key}" if self.key else self.file
-        got = "" if self.got is dataclasses.MISSING else f", got {_show(self.got)}"
-        return f"{where}: expected {self.expected}{got}"
+        got = "" if self.got is dataclasses.MISSING else f", got {show(self.got)}"
+        return one_line(f"{where}: expected {self.expected}{got}")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable escaped (``\\n``, ``\\x1b``,
+    ``\\u2028``): a file name or key may hold anything, the error stays one plain line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class Unknown:
@@ -48,10 +77,19 @@ class Unknown:
 UNKNOWN_KEY = Unknown()
 
 
-def _show(value: Any) -> str:
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 6
+
+
+def show(value: Any) -> str:
+    """A bounded ``repr`` for messages: the value may be huge or deeply nested."""
     if isinstance(value, Unknown):
         return repr(value)
-    text = repr(value)
+    try:
+        text = _REPR.repr(value)
+    except (RecursionError, ValueError):  # a pathological object; say what it is
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -62,14 +100,31 @@ def bounded(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    max_items: int | None = None,
 ) -> Any:
-    """A dataclass field whose numeric value must lie within the given bounds."""
-    meta = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
+    """A dataclass field whose numeric value must lie within the given bounds (or, for a
+    list, that holds at most ``max_items`` entries)."""
+    given = (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("max_items", max_items))
+    meta = {k: v for k, v in given if v is not None}
     return dataclasses.field(default=default, metadata=meta)
 
 
 def join(prefix: str, key: str | int) -> str:
-    return f"{prefix}.{key}" if prefix else str(key)
+    """A dotted key; an empty part shows as ``""`` so that the error still names it."""
+    part = '""' if key == "" else str(key)
+    return f"{prefix}.{part}" if prefix else part
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """Resolved annotations of a config dataclass (resolving them was most of the cost
+    of a validation, and a sweep validates every point)."""
+    return get_type_hints(cls)
+
+
+@functools.cache
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
 
 
 def build(cls: type[T], data: Any, *, file: str, prefix: str = "", extra_ok: bool = False) -> T:
@@ -80,8 +135,8 @@ def build(cls: type[T], data: Any, *, file: str, prefix: str = "", extra_ok: boo
     """
     if not isinstance(data, Mapping):
         raise ConfigError(file, prefix, "a table", data)
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    klass: type = cls  # hashable, for the caches
+    hints, fields = _hints(klass), _fields(klass)
     if not extra_ok:
         for key in data:
             if key not in fields:
@@ -117,6 +172,9 @@ def convert(tp: Any, value: Any, *, file: str, key: str, meta: Mapping[str, Any]
         args = get_args(tp)
         if not isinstance(value, (list, tuple)):
             raise ConfigError(file, key, "a list", value)
+        limit = meta.get("max_items", MAX_ITEMS)
+        if len(value) > limit:
+            raise ConfigError(file, key, f"a list of at most {limit} entries", f"{len(value)} entries")
         item = args[0]
         items = [convert(item, v, file=file, key=join(key, i), meta=meta) for i, v in enumerate(value)]
         if meta.get("nonempty") and not items:
@@ -133,29 +191,44 @@ def convert(tp: Any, value: Any, *, file: str, key: str, meta: Mapping[str, Any]
         if not isinstance(value, bool):
             raise ConfigError(file, key, "true or false", value)
         return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(file, key, "an integer" + _range_text(meta), value)
-        _check_range(value, meta, file, key, "an integer")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(file, key, "a number" + _range_text(meta), value)
-        _check_range(float(value), meta, file, key, "a number")
-        return float(value)
+    if tp is int or tp is float:
+        return _number(tp, value, meta, file, key)
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(file, key, "a string", value)
+        if any(unicodedata.category(c) == "Cc" for c in value):
+            raise ConfigError(file, key, "a string without control characters", value)
         return value
     if tp is Any:
         return value
     raise TypeError(f"config type {tp!r} of {key} is not supported")  # a bug in a dataclass
 
 
+def _number(tp: type, value: Any, meta: Mapping[str, Any], file: str, key: str) -> Any:
+    """An integer (``tp`` int) or a number (``tp`` float): finite, 64-bit, within bounds."""
+    what = "an integer" if tp is int else "a number"
+    accepted = (int,) if tp is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise ConfigError(file, key, what + _range_text(meta), value)
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise ConfigError(file, key, f"{what} that fits 64 bits", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(file, key, f"a finite number{_range_text(meta)}", value)
+    _check_range(value, meta, file, key, what)
+    if tp is float and not ("le" in meta or "lt" in meta) and abs(value) > MAX_MAGNITUDE:
+        raise ConfigError(file, key, f"a number of magnitude at most {MAX_MAGNITUDE:g}", value)
+    return float(value) if tp is float else value
+
+
 def _range_text(meta: Mapping[str, Any]) -> str:
-    words = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-    parts = [f"{words[k]} {meta[k]}" for k in ("ge", "gt", "le", "lt") if k in meta]
+    words = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}  # max_items is a list's, not shown
+    parts = [f"{words[k]} {_num(meta[k])}" for k in ("ge", "gt", "le", "lt") if k in meta]
     return (" " + " and ".join(parts)) if parts else ""
+
+
+def _num(bound: float) -> str:
+    """A bound as written: 256, 0.5, 1e+15 (not 1000000000000000.0)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def _check_range(value: float, meta: Mapping[str, Any], file: str, key: str, what: str) -> None:

@@ -3,7 +3,9 @@
 A scenario is ``workload x fault(s) x recovery strategy x sweep x gate``. Sweeps and
 ``--set`` overrides are applied to the parsed TOML *before* validation, so an override
 is checked exactly like a value written in the file and every error names the dotted
-key it came from.
+key it came from. A scenario that :func:`parse` returns is valid in every point of its
+sweep, and no two of its points are the same measurement; the limits that keep reading
+it bounded are :mod:`bench.scenario.limits`.
 """
 
 from __future__ import annotations
@@ -13,17 +15,16 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.scenario import figures
-from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, to_dict
+from bench.scenario import figures, limits
+from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, show, to_dict
 from bench.scenario.faults import FAULTS, FaultSpec, check_fault
 from bench.scenario.model import GateSpec, LaunchSpec, MeasureSpec, Point, RecoverySpec, Scenario, WorkloadSpec
-from bench.scenario.overrides import flatten_sweep, label, set_path
+from bench.scenario.overrides import apply_override, canonical, check_sweep, flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
 from bench.strategies import STRATEGIES
 from bench.workloads import WORKLOADS
@@ -39,48 +40,70 @@ def load(path: str | Path, overrides: Sequence[tuple[str, Any]] = ()) -> Scenari
     """Read and validate a scenario file, applying ``--set`` style overrides."""
     path = Path(path)
     file = str(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(file, "", "a readable file", err.strerror) from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(file, "", "valid TOML", str(err)) from None
-    raw.setdefault("name", path.stem)
+    raw = limits.parse_toml(limits.read_text(path, file), file)
+    raw.setdefault("name", limits.default_name(path.stem))
     return parse(raw, file=file, overrides=overrides)
 
 
 def parse(source: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str, Any]] = ()) -> Scenario:
-    """Validate parsed TOML (``source``), with ``--set`` overrides and its sweep."""
+    """Validate parsed TOML (``source``), with ``--set`` overrides and its sweep: the
+    file itself, then (within :data:`~bench.scenario.limits.MAX_POINTS`) every point."""
+    if not isinstance(source, Mapping):
+        raise ConfigError(file, "", "a table of scenario keys", source)
+    limits.check_depth(source, file)
     raw = copy.deepcopy(dict(source))
     sweep = flatten_sweep(raw.pop("sweep", {}), file)
     for key, value in overrides:
-        set_path(raw, key, value, file=file, origin="--set")
-        sweep.pop(key, None)  # an explicit value replaces that axis of the sweep
+        limits.check_depth(value, file, f"--set {key}")
+        apply_override(raw, sweep, key, value, file=file)
+    check_sweep(sweep, file)
     scenario = _validate(raw, file)
-    for key, values in sweep.items():
-        for i, value in enumerate(values):
-            trial_raw = copy.deepcopy(raw)
-            set_path(trial_raw, key, value, file=file, origin=f"sweep.{key}.{i}")
-            _validate(trial_raw, file, context=f"sweep {key} = {value!r}")
-    return replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
+    scenario = replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
+    for _ in _expand(scenario):
+        pass
+    return scenario
 
 
 def points(scenario: Scenario) -> list[Point]:
     """Expand the sweep (a cartesian product, in file order) into validated points."""
+    return list(_expand(scenario))
+
+
+def _expand(scenario: Scenario) -> Iterator[Point]:
+    """Every point of the sweep, validated; two points that are the same measurement
+    (a value that does not reach the point's identity) are an error naming the axis."""
     keys = [k for k, _ in scenario.sweep]
-    result = []
-    for combo in itertools.product(*(v for _, v in scenario.sweep)):
-        raw = copy.deepcopy(dict(scenario.raw))
-        for key, value in zip(keys, combo, strict=True):
-            set_path(raw, key, value, file=scenario.source, origin=key)
-        resolved = replace(_validate(raw, scenario.source), sweep=scenario.sweep, raw=raw)
+    file = scenario.source
+    seen: dict[str, tuple[Any, ...]] = {}
+    for indices in itertools.product(*(range(len(v)) for _, v in scenario.sweep)):
+        combo = tuple(values[i] for (_, values), i in zip(scenario.sweep, indices, strict=True))
+        raw = dict(scenario.raw)
+        for key, value, i in zip(keys, combo, indices, strict=True):
+            set_path(raw, key, value, file=file, origin=f"sweep.{key}.{i}", fresh=True)
+        try:
+            valid = _validate(raw, file, scenario.gate)
+        except ConfigError as err:  # the message says which combination of the sweep
+            context = ", ".join(f"{k} = {show(v)}" for k, v in zip(keys, combo, strict=True))
+            raise ConfigError(err.file, err.key, f"{err.expected} (with sweep {context})", err.got) from None
+        resolved = replace(valid, sweep=scenario.sweep, raw=raw)
+        digest = point_hash(resolved)
+        if digest in seen:
+            _same_point(file, keys, seen[digest], combo)
+        seen[digest] = combo
         values = tuple(zip(keys, combo, strict=True))
-        result.append(
-            Point(scenario=resolved, values=values, label=label(scenario.name, values), point_hash=point_hash(resolved))
-        )
-    return result
+        yield Point(scenario=resolved, values=values, label=label(scenario.name, values), point_hash=digest)
+
+
+def _same_point(file: str, keys: list[str], first: tuple[Any, ...], second: tuple[Any, ...]) -> None:
+    differ = [i for i, (a, b) in enumerate(zip(first, second, strict=True)) if canonical(a) != canonical(b)]
+    i = differ[0]
+    raise ConfigError(
+        file,
+        f"sweep.{keys[i]}",
+        f"values that make different points ({show(first[i])} and {show(second[i])} give the same point: "
+        "the value does not reach what is measured)",
+        second[i],
+    )
 
 
 def identity(scenario: Scenario, *, drop_defaults: bool = True) -> dict[str, Any]:
@@ -105,35 +128,26 @@ def point_hash(scenario: Scenario) -> str:
 # --- validation -------------------------------------------------------------------------
 
 
-def _validate(raw: Mapping[str, Any], file: str, context: str = "") -> Scenario:
-    try:
-        return _validate_inner(raw, file)
-    except ConfigError as err:
-        if context:
-            raise ConfigError(err.file, err.key, f"{err.expected} (with {context})", err.got) from None
-        raise
-
-
-def _validate_inner(raw: Mapping[str, Any], file: str) -> Scenario:
+def _validate(raw: Mapping[str, Any], file: str, gate: GateSpec | None = None) -> Scenario:
+    """One configuration, sweep applied; ``gate``: the scenario's, already validated (a
+    sweep cannot change it, and its service levels need not be checked per point)."""
     for key in raw:
         if key not in TOP_KEYS:
-            raise ConfigError(file, key, f"one of {', '.join(TOP_KEYS)}", UNKNOWN_KEY)
-    name = raw.get("name", "")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(file, "name", "a non-empty string", name)
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise ConfigError(file, "description", "a string", description)
+            raise ConfigError(file, join("", key), f"one of {', '.join(TOP_KEYS)}", UNKNOWN_KEY)
+    name = limits.check_name(raw.get("name", ""), file)
+    description = limits.check_description(raw.get("description", ""), file)
 
     workload = _tagged(WorkloadSpec, raw.get("workload", {}), WORKLOADS, file, "workload", default_kind="ddp")
     faults_raw = raw.get("faults", [])
     if not isinstance(faults_raw, list):
         raise ConfigError(file, "faults", "an array of tables ([[faults]])", faults_raw)
+    if len(faults_raw) > limits.MAX_FAULTS:
+        raise ConfigError(file, "faults", f"at most {limits.MAX_FAULTS} [[faults]]", f"{len(faults_raw)} faults")
     faults = tuple(_tagged(FaultSpec, f, FAULTS, file, f"faults.{i}") for i, f in enumerate(faults_raw))
     recovery = _recovery(raw.get("recovery", {}), file)
     measure = build(MeasureSpec, raw.get("measure", {}), file=file, prefix="measure")
     launch = build(LaunchSpec, raw.get("launch", {}), file=file, prefix="launch")
-    gate = validate_gate(raw.get("gate", {}), file=file)
+    gate = gate if gate is not None else validate_gate(raw.get("gate", {}), file=file)
 
     scenario = Scenario(
         name=name,
@@ -160,7 +174,7 @@ def _tagged(
     kind = data.get("kind", default_kind)
     if kind is None:
         raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()} (this key is required)")
-    if kind not in registry:
+    if not isinstance(kind, str) or kind not in registry:
         raise ConfigError(file, join(prefix, "kind"), f"one of {registry.choices()}", kind)
     plugin = registry[kind]
     common = {f.name for f in dataclasses.fields(cls) if f.name != "params"}
@@ -180,7 +194,7 @@ def _recovery(data: Any, file: str) -> RecoverySpec:
     if not isinstance(data, Mapping):
         raise ConfigError(file, "recovery", "a table", data)
     strategy = data.get("strategy", default_strategy())
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ConfigError(file, "recovery.strategy", f"one of {STRATEGIES.choices()}", strategy)
     chosen: object = None
     for key, value in data.items():
@@ -210,6 +224,8 @@ def validate_gate(data: Any, *, file: str, prefix: str = "gate") -> GateSpec:
         check_figure(slo.metric, file=file, key=join(prefix, f"slo.{i}.metric"))
         if slo.min is None and slo.max is None:
             raise ConfigError(file, join(prefix, f"slo.{i}"), "min, max or both", to_dict(slo))
+        if slo.min is not None and slo.max is not None and slo.min > slo.max:
+            raise ConfigError(file, join(prefix, f"slo.{i}.max"), f"a bound not below min ({slo.min:g})", slo.max)
     return gate
 
 
@@ -239,12 +255,25 @@ def _cross_check(s: Scenario, file: str) -> None:
         raise ConfigError(
             file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})", s.launch.ranks_per_host
         )
+    max_seed = (2**63 - 1 - w.steps) // limits.SEED_FACTOR
+    if s.measure.seed > max_seed:
+        raise ConfigError(
+            file,
+            "measure.seed",
+            f"a seed <= {max_seed} (the workloads seed step s with seed x {limits.SEED_FACTOR} + s, "
+            "which must stay below 2**63)",
+            s.measure.seed,
+        )
+    strategy = STRATEGIES[s.recovery.strategy]
     for i, f in enumerate(s.faults):
         check_fault(
             f,
             world_size=w.world_size,
             steps=w.steps,
             ranks_per_host=s.launch.ranks_per_host,
+            deadline_s=s.measure.deadline_s,
+            strategy=strategy.name,
+            components=strategy.components,
             file=file,
             where=f"faults.{i}",
         )
@@ -269,6 +298,14 @@ def _check_strategy(s: Scenario, file: str) -> None:
                 f"faults.{i}.kind",
                 f"a fault that acts from outside the rank with strategy "
                 f"{name} (its collectives do not pass through ftbench's hooks)",
+                f.kind,
+            )
+        if FAULTS[f.kind].rank_side and i >= limits.rt_signals():
+            raise ConfigError(
+                file,
+                f"faults.{i}.kind",
+                f"a fault that acts from outside the rank at index {i}: rank-side faults are armed by "
+                f"the real-time signal SIGRTMIN + index, and there are {limits.rt_signals()}",
                 f.kind,
             )
     links = any(FAULTS[f.kind].family == "link" for f in s.faults)

@@ -12,6 +12,12 @@ from typing import Any, Literal
 
 from bench.scenario.config import bounded
 from bench.scenario.faults import FaultSpec
+from bench.scenario.limits import MAX_SECONDS
+
+MAX_FIGURE = 1e15
+"""Service-level bounds are at most this in magnitude (a petabyte, 30 million years)."""
+MAX_SLOS = 64
+"""``[[gate.slo]]`` entries at most."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -27,7 +33,7 @@ class WorkloadSpec:
     rank to finish look like a crash to the others)."""
     warmup_steps: int = bounded(5, ge=0)
     """Leading steps left out of the fault-free step-time median."""
-    pg_timeout_s: float = bounded(30.0, gt=0)
+    pg_timeout_s: float = bounded(30.0, gt=0, le=MAX_SECONDS)
     """Process-group timeout, passed explicitly (gloo's default never fires in practice)."""
     params: Any = None
     """The kind's own knobs, written flat in ``[workload]``."""
@@ -48,8 +54,9 @@ class MeasureSpec:
     """Repetitions of every point."""
     seed: int = bounded(0, ge=0)
     """Seeds data and model: the same in every trial of a point, so that trials differ
-    only in timing and each can be compared with the fault-free reference."""
-    deadline_s: float = bounded(120.0, gt=0)
+    only in timing and each can be compared with the fault-free reference. At most what
+    keeps ``seed * 1000003 + workload.steps`` below 2**63 (the workloads' generators)."""
+    deadline_s: float = bounded(120.0, gt=0, le=MAX_SECONDS)
     """Wall-clock limit of one trial; past it everything is killed and the trial is
     recorded as ``hung``."""
     reference: bool = False
@@ -95,10 +102,10 @@ class SLOSpec:
     """A figure (column of trials.csv)."""
     stat: Literal["median", "mean", "min", "max", "p90", "p95", "p99"] = "median"
     """Statistic over a point's trials that the bounds apply to."""
-    min: float | None = None
+    min: float | None = bounded(None, ge=-MAX_FIGURE, le=MAX_FIGURE)
     """Lower bound (inclusive)."""
-    max: float | None = None
-    """Upper bound (inclusive)."""
+    max: float | None = bounded(None, ge=-MAX_FIGURE, le=MAX_FIGURE)
+    """Upper bound (inclusive; not below ``min``)."""
     point: str | None = None
     """Only points whose label contains this text (default: every point)."""
 
@@ -115,7 +122,7 @@ class GateSpec:
     """...and a two-sided Mann-Whitney U test gives p below this."""
     min_trials: int = bounded(7, ge=2)
     """Fewer trials on either side is "insufficient", which is not a pass."""
-    slo: tuple[SLOSpec, ...] = ()
+    slo: tuple[SLOSpec, ...] = bounded((), max_items=MAX_SLOS)
     """Absolute service levels, checked on a single run."""
 
 

@@ -28,8 +28,11 @@ trigger = {trigger}
 """
 
 
-def scenario(write_scenario, *, kind="kill", params="", target="{ ranks = [1] }", trigger="{ at_step = 10 }", rph=1):
-    return load(write_scenario(BASE.format(kind=kind, params=params, target=target, trigger=trigger, rph=rph)))
+def scenario(
+    write_scenario, *, kind="kill", params="", target="{ ranks = [1] }", trigger="{ at_step = 10 }", rph=1, extra=""
+):
+    text = BASE.format(kind=kind, params=params, target=target, trigger=trigger, rph=rph) + extra
+    return load(write_scenario(text))
 
 
 @pytest.mark.parametrize(
@@ -145,7 +148,8 @@ def test_probability_trigger_fires_at_most_count_times(write_scenario, ranks, tm
 
 
 def test_a_target_without_live_process_is_skipped_with_a_reason(write_scenario, tmp_path: Path) -> None:
-    spec = scenario(write_scenario, target='{ component = "lighthouse" }').faults[0]
+    lighthouse = '{ component = "lighthouse" }'  # torchft's: the strategy must have one
+    spec = scenario(write_scenario, target=lighthouse, extra='[recovery]\nstrategy = "torchft"\n').faults[0]
     fault = ScheduledFault(0, spec, seed=0, trial=0, ranks_per_host=1)
     fault.poll(TrialState(max_step=20), time.monotonic_ns(), EventWriter(tmp_path / "h.jsonl", src="harness"))
     (e,) = read_events(tmp_path)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from bench.scenario.config import ConfigError, bounded, to_dict
+from bench.scenario.limits import MAX_SECONDS
 from bench.scenario.registry import Plugin, Registry
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class FaultKind(Plugin):
 FAULTS: Registry[FaultKind] = Registry("fault kind")
 
 COMPONENTS = ("store", "lighthouse", "agent")
+MAX_FIRINGS = 10_000
+"""Firings of one fault in a trial at most (``trigger.count``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,17 +97,18 @@ class TargetSpec:
 class TriggerSpec:
     at_step: int | None = bounded(None, ge=1)
     """Fire once any rank has finished this step."""
-    after_s: float | None = bounded(None, ge=0)
+    after_s: float | None = bounded(None, ge=0, le=MAX_SECONDS)
     """Fire this many seconds after the first step of the trial finished."""
-    every_s: float | None = bounded(None, gt=0)
+    every_s: float | None = bounded(None, gt=0, le=MAX_SECONDS)
     """Fire every this many seconds (the first time ``every_s`` after the first step)."""
-    mtbf_s: float | None = bounded(None, gt=0)
+    mtbf_s: float | None = bounded(None, gt=0, le=MAX_SECONDS)
     """Fire at random, exponentially distributed intervals of this mean (seeded): the
     chaos schedule of TorchFT's punisher."""
     probability: float | None = bounded(None, gt=0, le=1)
     """Fire after each step with this probability (seeded)."""
-    count: int = bounded(1, ge=1)
-    """How many times ``every_s``, ``mtbf_s`` or ``probability`` fire."""
+    count: int = bounded(1, ge=1, le=MAX_FIRINGS)
+    """How many times ``every_s``, ``mtbf_s`` or ``probability`` fire (the schedule of
+    ``mtbf_s`` is drawn in advance, so this is bounded)."""
     jitter: Literal["none", "step"] = "none"
     """``step``: once the trigger is met, fire at a uniformly drawn moment of the next
     step (seeded) instead of at once, so that injections land anywhere in a step, as
@@ -129,8 +133,35 @@ class FaultSpec:
         return knobs
 
 
-def check_fault(f: FaultSpec, *, world_size: int, steps: int, ranks_per_host: int, file: str, where: str) -> None:
-    """Cross-field checks of one fault against the workload it will hit."""
+def check_fault(
+    f: FaultSpec,
+    *,
+    world_size: int,
+    steps: int,
+    ranks_per_host: int,
+    deadline_s: float,
+    strategy: str,
+    components: tuple[str, ...],
+    file: str,
+    where: str,
+) -> None:
+    """Cross-field checks of one fault against the workload it will hit, the strategy
+    whose processes it may target (``components``) and the trial's deadline."""
+    _check_target(f, world_size=world_size, ranks_per_host=ranks_per_host, file=file, where=where)
+    t = f.target
+    if t.component is not None and t.component not in components:
+        raise ConfigError(
+            file,
+            f"{where}.target.component",
+            f"a component of strategy {strategy} ({', '.join(components) or 'it has none'}); "
+            "a target that does not exist is never injected",
+            t.component,
+        )
+    _check_trigger(f, steps=steps, file=file, where=where)
+    _check_end(f, deadline_s=deadline_s, file=file, where=where)
+
+
+def _check_target(f: FaultSpec, *, world_size: int, ranks_per_host: int, file: str, where: str) -> None:
     t, kind = f.target, FAULTS[f.kind]
     if len(t.kinds()) != 1:
         raise ConfigError(file, f"{where}.target", "exactly one of ranks, one, fraction, host, component", to_dict(t))
@@ -158,6 +189,9 @@ def check_fault(f: FaultSpec, *, world_size: int, steps: int, ranks_per_host: in
             f"a rank target: {f.kind!r} acts on ranks, not on control-plane processes",
             t.component,
         )
+
+
+def _check_trigger(f: FaultSpec, *, steps: int, file: str, where: str) -> None:
     trig = f.trigger
     if len(trig.kinds()) != 1:
         raise ConfigError(
@@ -169,9 +203,33 @@ def check_fault(f: FaultSpec, *, world_size: int, steps: int, ranks_per_host: in
         raise ConfigError(file, f"{where}.trigger.at_step", f"a step below workload.steps ({steps})", trig.at_step)
 
 
+def _check_end(f: FaultSpec, *, deadline_s: float, file: str, where: str) -> None:
+    """The fault must be over before the trial's deadline kills everything: its last
+    firing (as far as the trigger fixes it) plus its ``duration_s``. A fault that
+    would outlast the deadline measures the deadline, not a recovery."""
+    trig = f.trigger
+    duration = getattr(f.params, "duration_s", None)
+    duration = float(duration) if isinstance(duration, (int, float)) else 0.0
+    if trig.after_s is not None:
+        start, formula, key = trig.after_s, "trigger.after_s", "trigger.after_s"
+    elif trig.every_s is not None:
+        start, formula, key = trig.every_s * trig.count, "trigger.every_s x count", "trigger.every_s"
+    else:  # at a step, or at random: it may fire right after the first step
+        start, formula, key = 0.0, "", "duration_s"
+    if duration:
+        formula, key = f"{formula} + duration_s" if formula else "duration_s", "duration_s"
+    if start + duration >= deadline_s:
+        raise ConfigError(
+            file,
+            f"{where}.{key}",
+            f"a fault that is over before measure.deadline_s ({deadline_s:g} s): {formula} = {start + duration:g} s",
+            getattr(f.params, "duration_s", None) if key == "duration_s" else getattr(trig, key.split(".")[1]),
+        )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DurationParams:
-    duration_s: float = bounded(gt=0)
+    duration_s: float = bounded(gt=0, le=MAX_SECONDS)
     """How long the fault lasts before it is undone."""
 
 

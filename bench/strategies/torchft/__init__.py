@@ -11,10 +11,13 @@ punisher does in its own tests and starts a new incarnation of one that died
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from bench.scenario.config import bounded
+from bench.scenario.config import ConfigError, bounded
 from bench.strategies import STRATEGIES, Strategy
+
+if TYPE_CHECKING:
+    from bench.scenario.model import Scenario
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,6 +66,23 @@ class TorchFTParams:
     such a version as shipped."""
 
 
+def check(scenario: Scenario, file: str) -> None:
+    """A trial has ``workload.world_size`` replica groups of one process each: a quorum
+    or a commit that needs more of them than exist never forms, and every trial would
+    hang until its deadline."""
+    params = scenario.recovery.params
+    groups = scenario.workload.world_size
+    for knob in ("min_replicas", "min_replica_size"):
+        value = getattr(params, knob)
+        if value > groups:
+            raise ConfigError(
+                file,
+                f"recovery.torchft.{knob}",
+                f"at most workload.world_size ({groups}), the replica groups of a trial",
+                value,
+            )
+
+
 STRATEGIES.register(
     Strategy(
         name="torchft",
@@ -79,6 +99,7 @@ STRATEGIES.register(
             "torchft's HTTP checkpoint transport (binds every interface)",
         ),
         packages=("torchft", "torchft-nightly"),
+        check=check,
         summary="per-step fault tolerance with torchft: lighthouse quorum, live healing from peers",
     )
 )
