@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,8 @@ class RankSpec:
     ifname: str = "lo"
     """The interface gloo uses (``GLOO_SOCKET_IFNAME``): loopback on one host, so that
     its listening sockets are reachable from this host only; ``eth0`` for namespaced hosts."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Set in the rank's environment before anything else runs (``launch.nccl``)."""
     pdeathsig: bool = True
     """Die with the parent. Off for torchrun's workers: whether they outlive a dead agent
     is part of the behaviour under test (the guard still sweeps them)."""
@@ -105,6 +107,7 @@ def main(spec: RankSpec) -> None:
         enter(spec.netns)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", spec.ifname)
     os.environ["GLOO_SOCKET_IFNAME"] = spec.ifname
+    os.environ.update(spec.env)
     # As torchrun does for its workers: one OpenMP thread per rank unless the user said
     # otherwise (idle OpenMP threads spin, and ranks share the cores).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -192,9 +195,39 @@ def spec_from_json(text: str, *, file: str) -> RankSpec:
         params=build(STRATEGIES[r["strategy"]].params, r["params"], file=file, prefix="recovery.params"),
     )
     hooks = tuple(HookSpec(**h) for h in raw.pop("hooks"))
-    return RankSpec(
+    spec = RankSpec(
         **{**raw, "members": tuple(raw["members"]), "workload": workload, "recovery": recovery, "hooks": hooks}
     )
+    _check_names(spec, file)
+    return spec
+
+
+def _check_names(spec: RankSpec, file: str) -> None:
+    """The code a spec names is the code the registries name for its kinds, and the
+    environment it sets is NCCL's only: a spec file cannot choose what runs."""
+    import re
+
+    from bench.scenario.config import ConfigError
+    from bench.scenario.faults import FAULTS
+    from bench.scenario.model import NCCL_NAME
+    from bench.strategies import STRATEGIES
+    from bench.workloads import WORKLOADS
+
+    strategy = STRATEGIES[spec.recovery.strategy]
+    expected = {
+        "entry": strategy.rank_entry,
+        "policy": strategy.rank_policy,
+        "workload_impl": WORKLOADS[spec.workload.kind].impl,
+    } | {f"hooks.{i}.impl": FAULTS[h.kind].impl for i, h in enumerate(spec.hooks) if h.kind in FAULTS}
+    actual = {"entry": spec.entry, "policy": spec.policy, "workload_impl": spec.workload_impl} | {
+        f"hooks.{i}.impl": h.impl for i, h in enumerate(spec.hooks)
+    }
+    for key, value in actual.items():
+        if expected.get(key) != value:
+            raise ConfigError(file, key, f"the registered {expected.get(key)!r}", value)
+    for name in spec.env:
+        if not re.fullmatch(NCCL_NAME, name):
+            raise ConfigError(file, f"env.{name}", "a name NCCL_* or TORCH_NCCL_*", name)
 
 
 if __name__ == "__main__":

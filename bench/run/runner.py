@@ -123,6 +123,10 @@ class Session:
             w = point.scenario.workload
             backend = environment.resolve_backend(w.backend, w.world_size)
             why = unavailable(point.scenario)
+            if backend != "nccl" and point.scenario.launch.nccl.environment():
+                why = (
+                    f"launch.nccl is set but this point runs on {backend} (no GPU here): the NCCL knobs would not apply"
+                )
             if why:
                 raise RuntimeError(why)
         except RuntimeError as err:

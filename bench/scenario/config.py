@@ -156,6 +156,8 @@ def convert(tp: Any, value: Any, *, file: str, key: str, meta: Mapping[str, Any]
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in get_args(tp) if a is not type(None)]
+        if value is None and len(options) < len(get_args(tp)):
+            return None  # "unset" (JSON's null; TOML has none, so scenario files cannot say it)
         errors = []
         for option in options:
             try:

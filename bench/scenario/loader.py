@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,16 @@ from typing import Any, TypeVar
 from bench.scenario import figures, limits
 from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, show, to_dict
 from bench.scenario.faults import FAULTS, FaultSpec, check_fault
-from bench.scenario.model import GateSpec, LaunchSpec, MeasureSpec, Point, RecoverySpec, Scenario, WorkloadSpec
+from bench.scenario.model import (
+    NCCL_NAME,
+    GateSpec,
+    LaunchSpec,
+    MeasureSpec,
+    Point,
+    RecoverySpec,
+    Scenario,
+    WorkloadSpec,
+)
 from bench.scenario.overrides import apply_override, canonical, check_sweep, flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
 from bench.strategies import STRATEGIES
@@ -255,6 +265,11 @@ def _cross_check(s: Scenario, file: str) -> None:
         raise ConfigError(
             file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})", s.launch.ranks_per_host
         )
+    for name in s.launch.nccl.extra:
+        if not re.fullmatch(NCCL_NAME, name):
+            raise ConfigError(file, f"launch.nccl.extra.{name}", "a name NCCL_* or TORCH_NCCL_* in capitals", name)
+    if s.workload.backend == "gloo" and s.launch.nccl.environment():
+        raise ConfigError(file, "launch.nccl", 'no NCCL knobs for workload.backend = "gloo"', "a knob set")
     max_seed = (2**63 - 1 - w.steps) // limits.SEED_FACTOR
     if s.measure.seed > max_seed:
         raise ConfigError(

@@ -64,6 +64,50 @@ class MeasureSpec:
     and ``degraded_step_ratio`` then use its median step time."""
 
 
+NCCL_NAME = r"(TORCH_)?NCCL_[A-Z0-9_]+"
+"""Names ``launch.nccl.extra`` may set: NCCL's own and torch's ProcessGroupNCCL's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NcclSpec:
+    """The environment NCCL process groups read when they are made: the knobs users tune
+    for detection on GPUs. Each unset key leaves torch's default; every set key is
+    recorded in run.json with the point. They act on NCCL only: a point that runs on gloo
+    (no GPU here) with any of them set is skipped with that reason rather than measured
+    as if they had applied."""
+
+    async_error_handling: int | None = bounded(None, ge=0, le=3)
+    """``TORCH_NCCL_ASYNC_ERROR_HANDLING``: 0 nothing, 1 tear down the process on an
+    error or timeout, 2 abort the communicators only, 3 tear down without aborting."""
+    blocking_wait: bool | None = None
+    """``TORCH_NCCL_BLOCKING_WAIT``: ``wait()`` blocks and raises on the timeout itself
+    instead of the watchdog thread finding it."""
+    dump_on_timeout: bool | None = None
+    """``TORCH_NCCL_DUMP_ON_TIMEOUT``: write the Flight Recorder trace on a timeout."""
+    trace_buffer_size: int | None = bounded(None, ge=0, le=10_000_000)
+    """``TORCH_NCCL_TRACE_BUFFER_SIZE``: entries the Flight Recorder keeps (0: off)."""
+    heartbeat_timeout_s: int | None = bounded(None, ge=1, le=MAX_SECONDS)
+    """``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``: how long the monitor thread waits on a
+    stuck watchdog before it kills the process."""
+    enable_monitoring: bool | None = None
+    """``TORCH_NCCL_ENABLE_MONITORING``: run that monitor thread at all."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Any other ``NCCL_*`` or ``TORCH_NCCL_*`` variable, by name (``NCCL_DEBUG = "WARN"``)."""
+
+    def environment(self) -> dict[str, str]:
+        """The variables to set in every rank before its process group exists."""
+        named = {
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": self.async_error_handling,
+            "TORCH_NCCL_BLOCKING_WAIT": self.blocking_wait,
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": self.dump_on_timeout,
+            "TORCH_NCCL_TRACE_BUFFER_SIZE": self.trace_buffer_size,
+            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": self.heartbeat_timeout_s,
+            "TORCH_NCCL_ENABLE_MONITORING": self.enable_monitoring,
+        }
+        env = {k: str(int(v)) for k, v in named.items() if v is not None}
+        return env | dict(self.extra)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchSpec:
     start_method: Literal["auto", "forkserver", "spawn"] = "auto"
@@ -91,6 +135,8 @@ class LaunchSpec:
     separated by spaces; names and versions of the package index only): built once into
     a cached virtual environment. "" is the harness's own. Sweep it to compare versions
     (``ftbench run SCENARIO --env torch==2.13.0 --env torch==2.14.1``)."""
+    nccl: NcclSpec = field(default_factory=NcclSpec)
+    """NCCL's and torch's ProcessGroupNCCL's environment (``[launch.nccl]``)."""
     ranks_per_host: int = bounded(1, ge=1)
     """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
     at once (node loss), and link faults act on a host's network namespace."""

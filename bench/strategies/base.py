@@ -150,5 +150,6 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
         wait_s=ctx.deadline_s,
         role=role,
         hooks=hooks,
+        env=s.launch.nccl.environment() if ctx.backend == "nccl" else {},
     )
     return RankSpec(**(base | fields))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.scenario.config import bounded
+from bench.scenario.limits import MAX_SECONDS
 from bench.strategies import STRATEGIES, Strategy
 
 
@@ -24,6 +25,27 @@ class RestartParams:
     the last save, so up to this many steps are lost."""
     monitor_interval_s: float = bounded(0.1, gt=0)
     """torchrun ``--monitor-interval``: how often the agent polls its workers."""
+    rdzv_join_timeout_s: int | None = bounded(None, ge=1, le=MAX_SECONDS)
+    """c10d rendezvous ``join_timeout`` (``--rdzv-conf``): how long a rendezvous may take
+    to complete. Unset: torch's default (600 s)."""
+    rdzv_last_call_timeout_s: int | None = bounded(None, ge=0, le=MAX_SECONDS)
+    """``last_call_timeout``: the wait for late joiners once the minimum is reached
+    (torch: 30 s; it is only paid when the world may grow, ``--nnodes MIN:MAX``)."""
+    rdzv_close_timeout_s: int | None = bounded(None, ge=1, le=MAX_SECONDS)
+    """``close_timeout``: how long a closing rendezvous waits (torch: 30 s)."""
+    rdzv_heartbeat_timeout_s: int | None = bounded(None, ge=1, le=MAX_SECONDS)
+    """``heartbeat_timeout``: within which an agent's keep-alive must land before its
+    node is considered dead (torch: 5 s)."""
+
+    def rdzv_conf(self) -> str:
+        """``--rdzv-conf`` with the keys set here (torch's defaults for the others)."""
+        conf = {
+            "join_timeout": self.rdzv_join_timeout_s,
+            "last_call_timeout": self.rdzv_last_call_timeout_s,
+            "close_timeout": self.rdzv_close_timeout_s,
+            "heartbeat_timeout": self.rdzv_heartbeat_timeout_s,
+        }
+        return ",".join(f"{k}={v}" for k, v in conf.items() if v is not None)
 
 
 STRATEGIES.register(

@@ -29,7 +29,7 @@ class Restart(ElasticJob):
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{rdzv_port}",
             f"--rdzv-id=ftbench-{self.ctx.events_dir.name}",
-        ]
+        ] + ([f"--rdzv-conf={conf}"] if (conf := params.rdzv_conf()) else [])
 
     def agent_env(self) -> dict[str, str]:
         return super().agent_env() | {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
