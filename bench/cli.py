@@ -11,6 +11,7 @@ import functools
 import json
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -526,4 +527,7 @@ def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, toleranc
 
 
 def main() -> None:
+    # torch.cuda imports pynvml (a dependency of nvidia-resiliency-ext), which warns on
+    # every import that it is deprecated: noise on a console that shows figures.
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
     cli(prog_name="ftbench")
