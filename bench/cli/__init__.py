@@ -1,0 +1,23 @@
+"""The ``ftbench`` command line: a thin layer of click over plain functions.
+
+Everything a command does is a function of :mod:`bench` that a test or a notebook can
+call; these modules only parse arguments, print, and map errors to exit statuses (2 for
+bad input, with one line naming the file and the key). One module per family of
+commands; importing them registers them on :data:`~bench.cli.common.cli`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from bench.cli import calibrate, results, scenarios
+from bench.cli.common import cli
+
+__all__ = ["calibrate", "cli", "main", "results", "scenarios"]
+
+
+def main() -> None:
+    # torch.cuda imports pynvml (a dependency of nvidia-resiliency-ext), which warns on
+    # every import that it is deprecated: noise on a console that shows figures.
+    warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
+    cli(prog_name="ftbench")

@@ -1,0 +1,83 @@
+"""``ftbench calibrate``: ftbench's detection figures against a bare torch.distributed loop."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from bench.cli.common import cli, errors, interrupt
+from bench.scenario.config import ConfigError
+
+if TYPE_CHECKING:
+    pass
+
+
+@cli.command()
+@click.option(
+    "--case",
+    "cases",
+    multiple=True,
+    metavar="CASE",
+    help="kill-ddp, kill-allreduce or stall-ddp (repeatable; default: all three).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(min=2),
+    default=15,
+    show_default=True,
+    help="Trials per case and path (bare and ftbench, interleaved).",
+)
+@click.option(
+    "--tolerance-ms",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Absolute part of the tolerance on the difference of medians.",
+)
+@click.option(
+    "--tolerance-rel",
+    type=click.FloatRange(min=0),
+    default=0.10,
+    show_default=True,
+    help="Relative part (of the bare median); the larger of the two applies.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Base directory of results (the run goes to OUT/calibrate/).",
+)
+@errors
+def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, tolerance_rel: float, out: Path) -> None:
+    """Check ftbench's detection figures against a bare torch.distributed loop on this
+    machine: exit 0 if every median is within the tolerance, 1 if one is not."""
+    from bench.calibrate.cases import BY_NAME, CASES
+    from bench.calibrate.session import Tolerance, format_table
+    from bench.calibrate.session import calibrate as run_calibration
+
+    for name in cases:
+        if name not in BY_NAME:
+            raise ConfigError("--case", "", f"one of {', '.join(BY_NAME)}", name)
+    chosen = [BY_NAME[n] for n in cases] if cases else list(CASES)
+    tolerance = Tolerance(abs_s=tolerance_ms / 1e3, rel=tolerance_rel)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        report = run_calibration(
+            chosen,
+            trials=trials,
+            out=out,
+            tolerance=tolerance,
+            argv=sys.argv,
+            progress=lambda line: click.echo(line, err=True),
+        )
+    except KeyboardInterrupt:
+        click.echo("\nftbench: calibration interrupted; the finished trials are kept.", err=True)
+        sys.exit(130)
+    click.echo(format_table(report, tolerance))
+    click.echo(f"results: {report.rundir.path}")
+    sys.exit(0 if report.comparisons and all(c.ok for c in report.comparisons) else 1)

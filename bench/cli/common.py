@@ -1,0 +1,62 @@
+"""What every ``ftbench`` command shares: the click group, the mapping of bad input to
+one line and exit status 2, the scenario loader with ``--set``, and SIGTERM as Ctrl-C."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from bench.scenario import catalogue
+from bench.scenario.config import ConfigError
+from bench.scenario.loader import load
+from bench.scenario.model import Scenario
+from bench.scenario.overrides import parse_override
+
+if TYPE_CHECKING:
+    pass
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def errors(func: F) -> F:
+    """Bad input becomes one line on stderr and exit status 2, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as err:
+            click.echo(f"ftbench: error: {err}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_scenario(name_or_file: str, sets: tuple[str, ...]) -> Scenario:
+    """A named scenario or a file, with ``--set`` overrides applied."""
+    return load(catalogue.resolve(name_or_file), [parse_override(s) for s in sets])
+
+
+SET_OPTION = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario key (dotted, e.g. workload.world_size=3); "
+    "VALUE is read as TOML, else as a string. Replaces a sweep of that key.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ftbench")
+def cli() -> None:
+    """Fault injection and recovery-latency benchmarks for distributed PyTorch."""
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM handler: end the current trial cleanly, as Ctrl-C does."""
+    raise KeyboardInterrupt

@@ -1,0 +1,223 @@
+"""Commands that read run directories: report, compare, gate, export, baseline."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from bench.cli.common import cli, errors
+from bench.scenario.config import ConfigError
+
+if TYPE_CHECKING:
+    from bench.results.reader import Run
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def open_run(path: str) -> Run:
+    """A results directory, loaded; unreadable files become one-line errors (exit 2)."""
+    from bench.results.reader import load as load_run
+
+    try:
+        run = load_run(path)
+    except ConfigError:
+        raise
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(path, "", "a readable ftbench results directory", str(err)) from None
+    for note in run.notes:
+        click.echo(f"ftbench: warning: {note}", err=True)
+    return run
+
+
+def gate_options(fn: F) -> F:
+    """Thresholds of the comparison; each overrides the candidate scenario's [gate] table."""
+    for option in reversed(
+        (
+            click.option(
+                "--metric",
+                "metrics",
+                multiple=True,
+                metavar="FIGURE",
+                help="Figure to compare (repeatable). Default: gate.metric for gate, every figure for compare.",
+            ),
+            click.option("--factor", type=float, help="Median ratio above which a change counts (gate.factor)."),
+            click.option("--floor-s", type=float, help="Absolute difference below which it does not (gate.floor_s)."),
+            click.option("--alpha", type=float, help="Mann-Whitney p threshold (gate.alpha)."),
+            click.option("--min-trials", type=int, help="Values needed on each side (gate.min_trials)."),
+        )
+    ):
+        fn = option(fn)
+    return fn
+
+
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory (default: the run directory itself; required for several runs).",
+)
+@errors
+def report(run_dirs: tuple[str, ...], out: Path | None) -> None:
+    """Markdown and self-contained HTML report (tables, ECDFs, boxes, phases, timelines,
+    loss curves, environment) of one or more RUN_DIRS."""
+    from bench.report import make_report
+
+    for d in run_dirs:
+        open_run(d)
+    files = make_report(list(run_dirs), out)
+    click.echo(f"report: {files.markdown}")
+    click.echo(f"html:   {files.html}")
+    click.echo(f"plots:  {len(files.images)} PNG file(s) in {files.markdown.parent / 'plots'}")
+
+
+ENV_BASELINE = click.option(
+    "--env-baseline",
+    metavar="REQUIREMENTS",
+    help="Within one run made with --env: compare every other environment against this one "
+    "(as written to --env; '' for the harness's own).",
+)
+
+
+@cli.command()
+@click.argument("base")
+@click.argument("cand", required=False)
+@ENV_BASELINE
+@gate_options
+@errors
+def compare(
+    base: str,
+    cand: str | None,
+    env_baseline: str | None,
+    metrics: tuple[str, ...],
+    factor: float | None,
+    floor_s: float | None,
+    alpha: float | None,
+    min_trials: int | None,
+) -> None:
+    """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark.
+    With --env-baseline, BASE alone: its environments against one of them."""
+    from bench.results import compare as cmp
+    from bench.results import environments
+
+    b = open_run(base)
+    if (cand is None) == (env_baseline is None):
+        raise click.UsageError("give BASE and CAND, or one run and --env-baseline")
+    c = b if cand is None else open_run(cand)
+    opts = cmp.GateOptions.from_spec(
+        c.gate_spec(),
+        metrics=metrics or cmp.default_metrics(b, c),
+        factor=factor,
+        floor_s=floor_s,
+        alpha=alpha,
+        min_trials=min_trials,
+    )
+    if env_baseline is not None:
+        click.echo(f"run: {b.path}\nbaseline environment: {environments.normal(env_baseline) or 'the harness own'}")
+        rows, messages = environments.compare_envs(b, env_baseline, opts)
+    else:
+        click.echo(f"baseline:  {b.path}\ncandidate: {c.path}")
+        rows, messages = cmp.compare_runs(b, c, opts), cmp.run_differences(b, c)
+    for line in messages:
+        click.echo(f"  differs: {line}")
+    click.echo(cmp.format_rows(rows, opts))
+
+
+@cli.command()
+@click.argument("candidate")
+@click.option("--baseline", help="Run directory, scenario results directory or name under results/baselines/.")
+@ENV_BASELINE
+@gate_options
+@click.option(
+    "--slo/--no-slo",
+    default=True,
+    show_default=True,
+    help="Check the candidate scenario's [[gate.slo]] service levels.",
+)
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
+@errors
+def gate(
+    candidate: str,
+    baseline: str | None,
+    env_baseline: str | None,
+    metrics: tuple[str, ...],
+    factor: float | None,
+    floor_s: float | None,
+    alpha: float | None,
+    min_trials: int | None,
+    slo: bool,
+    junit: Path | None,
+) -> None:
+    """Gate CANDIDATE against a baseline and/or service levels: exit 0 pass, 1 regression,
+    2 insufficient data or bad input."""
+    from bench.results import compare as cmp
+    from bench.results import gate as gt
+
+    c = open_run(candidate)
+    b = open_run(baseline) if baseline else None
+    spec = c.gate_spec()
+    opts = cmp.GateOptions.from_spec(
+        spec, metrics=metrics, factor=factor, floor_s=floor_s, alpha=alpha, min_trials=min_trials
+    )
+    result = gt.gate(c, opts, base=b, env_baseline=env_baseline, slos=spec.slo if slo else ())
+    click.echo(f"candidate: {c.path}" + (f"\nbaseline:  {b.path}" if b else ""))
+    for line in result.messages:
+        click.echo(f"  differs: {line}")
+    if result.rows:
+        click.echo(cmp.format_rows(result.rows, opts))
+    if result.slo_rows:
+        click.echo("service levels:")
+        click.echo(gt.format_slos(result.slo_rows))
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(gt.junit_xml(result))
+    click.echo(gt.verdict_line(result))
+    sys.exit(result.status)
+
+
+@cli.command()
+@click.argument("run_dir")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    metavar="FORMAT",
+    help="pytest-benchmark, github-smaller, github-bigger or bencher.",
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout).")
+@errors
+def export(run_dir: str, fmt: str, out: Path | None) -> None:
+    """Write RUN_DIR's figures as pytest-benchmark JSON, github-action-benchmark JSON or Bencher BMF."""
+    from bench.results import export as exp
+
+    if fmt not in exp.FORMATS:
+        raise ConfigError("--format", "", f"one of {', '.join(exp.FORMATS)}", fmt)
+    text = exp.write(open_run(run_dir), fmt, out)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"{fmt}: {out}")
+
+
+@cli.command()
+@click.argument("run_dir")
+@click.option("--name", help="Baseline name (default: the scenario's name).")
+@click.option(
+    "--dir",
+    "root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/baselines"),
+    show_default=True,
+    help="Where baselines are kept.",
+)
+@errors
+def baseline(run_dir: str, name: str | None, root: Path) -> None:
+    """Keep RUN_DIR's run.json and trials as a baseline (for gate --baseline NAME)."""
+    from bench.results.reader import save_baseline
+
+    dest = save_baseline(open_run(run_dir), name, root)
+    click.echo(f"baseline: {dest}")
