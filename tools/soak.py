@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.procs.hygiene import alive, marked  # noqa: E402
+from injectors.link.system import tag_for  # noqa: E402
 
 KILL = """
 name = "soak-kill"
@@ -70,6 +71,29 @@ deadline_s = 60
 """
 
 SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM)
+
+
+def runs_of(harness: int) -> set[str]:
+    """Run ids of the marked processes descended from ``harness``: this round's run, and
+    not the runs other work on the machine may have going at the same time."""
+    parents = {}
+    for pid in marked():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            continue
+        parents[pid] = int(stat.rsplit(b")", 1)[1].split()[1])
+    found = set()
+    for pid, run in marked().items():
+        node = pid
+        for _ in range(64):
+            if node == harness:
+                found.add(run)
+                break
+            node = parents.get(node, 0)
+            if node <= 1:
+                break
+    return found
 
 
 def ftbench(*args: str) -> list[str]:
@@ -116,6 +140,7 @@ def one_round(i: int, scenario: Path, rng: random.Random, out: Path) -> dict[str
     )
     wait = rng.uniform(3.0, 25.0)
     time.sleep(wait)
+    ours = runs_of(harness.pid)
     if harness.poll() is None:
         harness.send_signal(sig)
     try:
@@ -124,8 +149,8 @@ def one_round(i: int, scenario: Path, rng: random.Random, out: Path) -> dict[str
         harness.kill()
         harness.wait()
     time.sleep(2.0)
-    left = [p for p in marked() if p not in before and alive(p)]
-    net = network_leftovers()
+    left = [p for p, run in marked().items() if p not in before and run in ours and alive(p)]
+    net = [line for line in network_leftovers() if any(tag_for(run) in line for run in ours)]
     run = run_dir(out)
     resumed = None
     if run is not None:
