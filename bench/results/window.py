@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.results.blame import attribution, blame_correct, false_alarm, tolerance_s
 from bench.results.events import Event
 from bench.results.facts import NAN, FaultFigures, TrialFacts, ratio, seconds
 from bench.scenario.figures import FAULT_FIGURES, phase_column
@@ -29,6 +30,8 @@ class Trial:
     loss_delta: float
     corrupted: str
     """Why the final state is wrong, or ""."""
+    blame: Sequence[str] = ()
+    """The strategy's blame records (:attr:`bench.strategies.Strategy.blame`)."""
 
 
 class FaultWindow:
@@ -51,6 +54,11 @@ class FaultWindow:
             outcome, error = self._undetected()
         else:
             outcome, error = self._detected(min(e["t"] for e in detects), detects)
+        if detects and outcome in ("recovered", "failed"):
+            why = false_alarm(self.inj, tolerance_s(self.trial.events))
+            if why:
+                outcome, error = "false_alarm", why + (f"; then {outcome}" + (f": {error}" if error else ""))
+        self._attribution()
         crashes = self._survivor_crashes()
         self.fig["survivor_crashes"] = float(len(crashes))
         if crashes and outcome != "recovered":
@@ -77,6 +85,13 @@ class FaultWindow:
             detect_how=str(first.get("how", "")),
             detect_site=str(first_rank.get("site", "")),
         )
+
+    def _attribution(self) -> None:
+        """``blame_correct`` and ``tta_s`` from the stack's own blame records."""
+        att = attribution(self.window, self.trial.blame, self.victims)
+        self.fig["blame_correct"] = blame_correct(att, self.victims)
+        if att.t_first is not None:
+            self.fig["tta_s"] = seconds(att.t_first - self.t0)
 
     def _survivor_crashes(self) -> dict[int, str]:
         """Ranks (not victims) that crashed after the injection, with their first error."""
