@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.results.blame import attribution, blame_correct, false_alarm, tolerance_s
+from bench.results.blame import attribution, blame_correct, false_alarm, hold_s, tolerance_s
 from bench.results.events import Event
 from bench.results.facts import NAN, FaultFigures, TrialFacts, ratio, seconds
 from bench.scenario.figures import FAULT_FIGURES, phase_column
@@ -84,6 +84,8 @@ class FaultWindow:
             interposer=self._interposer(),
             detect_how=str(first.get("how", "")),
             detect_site=str(first_rank.get("site", "")),
+            hold_s=_or_nan(hold_s(inj)),
+            tolerance_s=_or_nan(tolerance_s(self.trial.events)),
         )
 
     def _attribution(self) -> None:
@@ -223,6 +225,10 @@ class FaultWindow:
                 self.phase_fig[phase_column(name)] = seconds(max(ts) - boundary)
                 boundary = max(ts)
         self.phase_fig["phase_catchup_s"] = seconds(t_good - boundary)
+
+
+def _or_nan(value: float | None) -> float:
+    return NAN if value is None else value
 
 
 def _crash_text(e: Event) -> str:
