@@ -116,3 +116,12 @@ def test_a_stragglers_delay_is_what_the_timeout_sees() -> None:
     inj.update(kind="straggler", delay_s=0.2)  # slow for 5 s, each collective 0.2 s late
     (f,) = figures(e, faults=(("straggler", "1"),))
     assert f.outcome == "false_alarm" and "0.2 s straggler" in f.error
+
+
+def test_clopper_pearson_upper_bounds() -> None:
+    from bench.report.diagnosis import upper_bound
+
+    assert upper_bound(0, 3) == pytest.approx(1 - 0.05 ** (1 / 3), abs=1e-9)  # 0.632
+    assert upper_bound(0, 100) == pytest.approx(0.0295, abs=1e-3)  # about the rule of three's 3 %
+    assert upper_bound(1, 10) == pytest.approx(0.3942, abs=1e-3)  # tabulated one-sided 95 % bound
+    assert upper_bound(2, 2) == 1.0 and math.isnan(upper_bound(0, 0))
