@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report import plots, tables, timeline
+from bench.report import diagnosis, plots, tables, timeline
 from bench.report.series import Series, build_series, run_tags
 from bench.results.reader import Run
 
@@ -88,6 +88,8 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     _calibration(rep, runs)
     _distributions(rep, series, plot_dir)
     _phases(rep, series, plot_dir)
+    diagnosis.timeouts(rep, runs, plot_dir)
+    diagnosis.stack_dumps(rep, runs, out)
     _timelines(rep, series, plot_dir)
     rep.add("h2", "Loss against the fault-free reference")
     path, caption = timeline.loss_curves(series, plot_dir / "loss.png")
@@ -211,6 +213,7 @@ def render_html(rep: Report, title: str) -> str:
 def _inline(text: str) -> str:
     """Markdown's `code` and _emphasis_ for the few paragraphs the report writes."""
     out = tables.escape(text)
+    out = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', out)  # links (relative paths)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
     return re.sub(r"(?<!\w)_([^_]+)_(?!\w)", r"<em>\1</em>", out)

@@ -36,6 +36,14 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
 - ``steps_discarded``: ``discard`` events of a surviving process, the most of any.
 - ``restore_s`` / ``restore_bytes``: the longest ``restore_start`` -> ``restore_end``
   of one process, and its size.
+- ``blame_correct``: 1 when the ranks the stack named in its own blame records (the
+  strategy's ``blame`` declaration: evictions, quorum drops, failure records, rank
+  monitors) after the injection are exactly the fault's victims, 0 when not, empty when
+  it named no one; ``tta_s``: its first such record minus ``inject``
+  (:mod:`bench.results.blame`).
+- outcome ``false_alarm``: something detected a fault whose hold (a stall's
+  ``duration_s``, a straggler's ``delay_s``) is below the stack's tolerance, the
+  smallest of its detection timeouts that the harness records in ``trial_start``.
 - outcome ``corrupted``: nothing detected the fault, the job finished, and its final
   parameters are wrong: replicas disagree, or they differ from the reference's.
 
@@ -61,6 +69,7 @@ def fault_figures(
     warmup_steps: int,
     phases: Sequence[tuple[str, str]],
     reference: TrialFacts | None = None,
+    blame: Sequence[str] = (),
 ) -> list[FaultFigures]:
     """One :class:`FaultFigures` per injection, in order.
 
@@ -80,6 +89,7 @@ def fault_figures(
         goodput=goodput(facts, ff_step_s),
         loss_delta=facts.final_loss - (reference.final_loss if reference else NAN),
         corrupted=corruption(facts, reference),
+        blame=blame,
     )
     injects = [e for e in events if e["event"] == "inject"]
     results = [

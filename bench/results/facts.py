@@ -71,6 +71,11 @@ class FaultFigures:
     """How the first detection happened (a gloo error's kind, timeout, exit, quorum_drop...)."""
     detect_site: str = ""
     """Where the first rank to detect saw it: ``backward``, ``all_reduce`` or ``wait``."""
+    hold_s: float = NAN
+    """How long the fault held its victims as a timeout sees it (a stall's duration, a
+    straggler's delay), NaN for a fault without an end."""
+    tolerance_s: float = NAN
+    """The stack's smallest detection timeout in the trial (false alarms are judged by it)."""
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
@@ -86,6 +91,8 @@ class FaultFigures:
             "error": self.error,
             "detect_how": self.detect_how,
             "detect_site": self.detect_site,
+            "hold_s": self.hold_s,
+            "tolerance_s": self.tolerance_s,
         }
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.results.blame import attribution, blame_correct, false_alarm, hold_s, tolerance_s
 from bench.results.events import Event
 from bench.results.facts import NAN, FaultFigures, TrialFacts, ratio, seconds
 from bench.scenario.figures import FAULT_FIGURES, phase_column
@@ -29,6 +30,8 @@ class Trial:
     loss_delta: float
     corrupted: str
     """Why the final state is wrong, or ""."""
+    blame: Sequence[str] = ()
+    """The strategy's blame records (:attr:`bench.strategies.Strategy.blame`)."""
 
 
 class FaultWindow:
@@ -51,6 +54,11 @@ class FaultWindow:
             outcome, error = self._undetected()
         else:
             outcome, error = self._detected(min(e["t"] for e in detects), detects)
+        if detects and outcome in ("recovered", "failed"):
+            why = false_alarm(self.inj, tolerance_s(self.trial.events))
+            if why:
+                outcome, error = "false_alarm", why + (f"; then {outcome}" + (f": {error}" if error else ""))
+        self._attribution()
         crashes = self._survivor_crashes()
         self.fig["survivor_crashes"] = float(len(crashes))
         if crashes and outcome != "recovered":
@@ -76,7 +84,16 @@ class FaultWindow:
             interposer=self._interposer(),
             detect_how=str(first.get("how", "")),
             detect_site=str(first_rank.get("site", "")),
+            hold_s=_or_nan(hold_s(inj)),
+            tolerance_s=_or_nan(tolerance_s(self.trial.events)),
         )
+
+    def _attribution(self) -> None:
+        """``blame_correct`` and ``tta_s`` from the stack's own blame records."""
+        att = attribution(self.window, self.trial.blame, self.victims)
+        self.fig["blame_correct"] = blame_correct(att, self.victims)
+        if att.t_first is not None:
+            self.fig["tta_s"] = seconds(att.t_first - self.t0)
 
     def _survivor_crashes(self) -> dict[int, str]:
         """Ranks (not victims) that crashed after the injection, with their first error."""
@@ -208,6 +225,10 @@ class FaultWindow:
                 self.phase_fig[phase_column(name)] = seconds(max(ts) - boundary)
                 boundary = max(ts)
         self.phase_fig["phase_catchup_s"] = seconds(t_good - boundary)
+
+
+def _or_nan(value: float | None) -> float:
+    return NAN if value is None else value
 
 
 def _crash_text(e: Event) -> str:

@@ -54,6 +54,8 @@ TAIL_COLUMNS = (
     "error",
     "detect_how",
     "detect_site",
+    "hold_s",
+    "tolerance_s",
     "ff_step_s",
     "steps_done",
     *TRIAL_FIGURES,

@@ -17,6 +17,7 @@ from typing import Any
 from bench.results.derive import fault_figures
 from bench.results.events import Event, EventTail, EventWriter, read_events
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
+from bench.run.hangs import StackDumps, tolerance
 from bench.run.schedule import ScheduledFault, TrialState
 from bench.run.watchdog import WatchdogLog
 from bench.scenario.faults import FAULTS
@@ -55,6 +56,8 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
     ctx = replace(ctx, network=_network(ctx))
     job: Job = STRATEGIES[scenario.recovery.strategy].load()(ctx)
     faults = [] if ctx.fault_free else _schedule(ctx)
+    tolerance_s, tolerance_key = tolerance(scenario)
+    dumps = StackDumps.for_scenario(scenario, ctx.events_dir, harness) if faults else None
     start = harness.emit(
         "trial_start",
         trial=ctx.trial,
@@ -62,15 +65,21 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         strategy=scenario.recovery.strategy,
         fault_free=ctx.fault_free,
         deadline_s=ctx.deadline_s,
+        tolerance_s=tolerance_s,
+        tolerance_key=tolerance_key,
     )
     outcome = "interrupted"
     tail = EventTail(ctx.events_dir)
     try:
         job.start()
         watchdog = WatchdogLog(ctx.events_dir, harness) if ctx.backend == "nccl" else None
-        outcome = _drive(job, faults, tail, harness, deadline=start + int(ctx.deadline_s * 1e9), watchdog=watchdog)
+        outcome = _drive(
+            job, faults, tail, harness, deadline=start + int(ctx.deadline_s * 1e9), watchdog=watchdog, dumps=dumps
+        )
     finally:
         tail.close()
+        if dumps is not None:
+            dumps.close()
         for fault in faults:
             fault.undo_all(harness)
         job.close()
@@ -123,17 +132,23 @@ def _drive(
     *,
     deadline: int,
     watchdog: WatchdogLog | None,
+    dumps: StackDumps | None = None,
 ) -> str:
     """The driver loop: follow the events, fire and undo faults, let the job reap; how it ended."""
     state = TrialState()
     while True:
         busy = any(f.busy() for f in faults)
-        if busy:  # only triggers and targets need the events as they happen
+        watching = dumps is not None and dumps.watching()
+        if busy or watching:  # only triggers, targets and hang dumps need the events as they happen
             for e in tail.poll():
                 state.feed(e)
+                if dumps is not None:
+                    dumps.feed(e)
         if watchdog is not None:
             watchdog.poll()
         now = time.monotonic_ns()
+        if watching and dumps is not None:
+            dumps.tick(now)
         for fault in faults:
             fault.poll(state, now, harness)
         if job.poll(TICK_S if busy else IDLE_TICK_S):
@@ -154,6 +169,7 @@ def _result(ctx: TrialContext, job: Job, outcome: str, start: int, reference: Tr
         warmup_steps=w.warmup_steps,
         phases=STRATEGIES[s.recovery.strategy].phases,
         reference=reference,
+        blame=STRATEGIES[s.recovery.strategy].blame,
     )
     return TrialResult(
         faults=figures,

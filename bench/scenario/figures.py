@@ -113,6 +113,20 @@ FIGURES: tuple[Figure, ...] = (
         "time",
     ),
     Figure(
+        name="blame_correct",
+        unit="ratio",
+        better="higher",
+        meaning="1 when the ranks the stack blamed (its own evictions, quorum drops, failure records, rank monitors) "
+        "are the fault's victims, 0 when not; empty when the stack names no one",
+    ),
+    Figure(
+        name="tta_s",
+        unit="s",
+        better="lower",
+        meaning="time to attribution: the stack's first record naming a culprit minus the injection (empty when it "
+        "names no one)",
+    ),
+    Figure(
         name="checkpoint_s",
         unit="s",
         better="lower",
@@ -189,6 +203,12 @@ OUTCOMES: tuple[Outcome, ...] = (
     Outcome(name="recovered", bad=False, meaning="the job detected the fault and trained again"),
     Outcome(name="failed", bad=True, meaning="the job stopped (expected for fail-stop)"),
     Outcome(name="absorbed", bad=False, meaning="nothing detected the fault and the job went on"),
+    Outcome(
+        name="false_alarm",
+        bad=True,
+        meaning="the stack declared a failure for a fault that ended within its detection timeout (a stall, a "
+        "straggler's delay shorter than the timeout: it should have been absorbed)",
+    ),
     Outcome(name="hung", bad=True, meaning="the trial deadline was reached and everything was killed"),
     Outcome(
         name="corrupted", bad=True, meaning="nothing detected the fault, the job finished, and its parameters are wrong"

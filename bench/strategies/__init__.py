@@ -43,6 +43,16 @@ class Strategy(Plugin):
     phases: tuple[tuple[str, str], ...] = (("reconfigure", "reconfigured"), ("restore", "restore_end"))
     """(phase name, event that ends it) between detection and the first good step:
     ``event`` or ``event@src`` (the first such event from that source)."""
+    blame: tuple[str, ...] = ()
+    """Where the stack itself names a culprit: ``event@src:field`` (``@src`` optional),
+    an event whose field holds the blamed ranks (a rank, a list of ranks, or a mapping
+    keyed by rank). Empty: the stack names no one, and ``blame_correct``/``tta_s`` stay
+    empty (never 0)."""
+    timeouts: tuple[str, ...] = ("workload.pg_timeout_s",)
+    """Dotted config keys (``workload.X``, ``recovery.<strategy>.X``; ``_ms`` keys are
+    milliseconds) of the timeouts by which the stack declares a silent peer failed; the
+    smallest is its tolerance: a fault shorter than it should be absorbed, and a
+    detection of one is a ``false_alarm``."""
     components: tuple[str, ...] = ("store",)
     """Control-plane processes of its trials that a fault may target."""
     namespaces: bool = False

@@ -67,7 +67,10 @@ def instrument(cls: type, events: EventWriter, failed_states: Sequence[Any]) -> 
         bad = result.state in failed_states
         if bad and not failing["now"]:
             failures = {str(rank): f.exitcode for rank, f in result.failures.items()}
-            events.emit("detect", how="agent_monitor", state=result.state.name, failures=failures)
+            # The rank the launcher's own error report names as the root cause
+            # (ChildFailedError.get_first_failure: the smallest failure timestamp).
+            first = min(result.failures, key=lambda r: result.failures[r].timestamp) if result.failures else None
+            events.emit("detect", how="agent_monitor", state=result.state.name, failures=failures, first_failure=first)
         failing["now"] = bad
 
     def stopped(_agent: Any, _result: Any) -> None:

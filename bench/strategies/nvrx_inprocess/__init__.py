@@ -126,6 +126,8 @@ STRATEGIES.register(
         stack="NVRx in-process restart: inprocess.Wrapper (its store, monitors, abort, rank assignment)",
         supervised=False,  # NVRx's monitor processes notice a dead rank; nothing else does
         components=("store",),
+        blame=("nvrx_rank_assignment_start:terminated",),  # NVRx's terminated ranks at its next iteration
+        timeouts=("workload.pg_timeout_s", "recovery.nvrx-inprocess.soft_timeout_s"),
         unbound_servers=("NVRx's inprocess TCPStore (hosted by rank 0)",),
         packages=("nvidia-resiliency-ext",),
         phases=(

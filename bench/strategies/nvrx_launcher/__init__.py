@@ -75,6 +75,9 @@ STRATEGIES.register(
         rank_policy="bench.strategies.nvrx_launcher.policy:NVRxLauncher",
         stack="NVRx's ft_launcher (its torchrun-derived agent and rank monitors), RankMonitorClient in the workers",
         components=("agent",),
+        # The rank monitor that timed out names its rank; the agent's failure record its first failure.
+        blame=("detect@rank_monitor:of_rank", "detect@agent:first_failure"),
+        timeouts=("workload.pg_timeout_s", "recovery.nvrx-launcher.rank_heartbeat_timeout_s"),
         rank_side_faults=True,
         unbound_servers=(
             "ft_launcher's c10d rendezvous store",

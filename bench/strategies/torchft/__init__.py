@@ -91,6 +91,8 @@ STRATEGIES.register(
         rank_entry="bench.strategies.torchft.replica:replica_main",
         stack="the torchft package (lighthouse, Manager, its DDP and process groups)",
         components=("store", "lighthouse"),
+        blame=("detect@lighthouse:dropped_ranks",),  # the replicas a new quorum left out
+        timeouts=("workload.pg_timeout_s", "recovery.torchft.heartbeat_timeout_ms"),
         phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")),
         rank_side_faults=False,
         workloads=("ddp",),

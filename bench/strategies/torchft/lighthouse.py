@@ -105,10 +105,21 @@ def _pipe_stderr(log: Path, events: EventWriter) -> None:
                             # The lighthouse noticed first that a replica stopped
                             # beating: a stalled replica fails no collective of the
                             # others, who just wait for the next quorum.
-                            events.emit("detect", how="quorum_drop", dropped=dropped, gen=fields["gen"])
+                            events.emit(
+                                "detect",
+                                how="quorum_drop",
+                                dropped=dropped,
+                                dropped_ranks=replica_ranks(dropped),
+                                gen=fields["gen"],
+                            )
                         last = fields
 
     threading.Thread(target=pump, name="lighthouse-log", daemon=True).start()
+
+
+def replica_ranks(replica_ids: list[str]) -> list[int]:
+    """ftbench's ranks of torchft replica ids (``replica_<rank>``, as replica.py names them)."""
+    return sorted(int(r.rsplit("_", 1)[1]) for r in replica_ids if r.rsplit("_", 1)[-1].isdigit())
 
 
 def parse_quorum_line(line: str) -> dict[str, Any] | None:
