@@ -525,5 +525,26 @@ def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, toleranc
     sys.exit(0 if report.comparisons and all(c.ok for c in report.comparisons) else 1)
 
 
+@cli.command()
+@click.argument("run_dir")
+@click.option("--scaling", help="Run of a world-size sweep (scenario phase-scaling) to fit phase growth on.")
+@click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False, path_type=Path), help="Cluster TOML file.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a cluster key (docs/project.md).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where project.md/png go [RUN/project].")
+@_errors
+def project(
+    run_dir: str, scaling: str | None, cluster_file: Path | None, sets: tuple[str, ...], out: Path | None
+) -> None:
+    """Effective training time of each strategy at cluster scale (1K-100K GPUs), from
+    RUN_DIR's measured recovery, with bands and every assumption printed."""
+    from bench.project import assumptions, build, render
+
+    res = build(_run(run_dir), assumptions.cluster(cluster_file, sets), _run(scaling) if scaling else None)
+    out = out or res.run.path / "project"
+    png = render.plot(res, out / "project.png")
+    click.echo(render.text(res))
+    click.echo(f"\nwritten: {render.write(res, out, png)}, {png}")
+
+
 def main() -> None:
     cli(prog_name="ftbench")
