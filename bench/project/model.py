@@ -174,6 +174,8 @@ def project(
         proj.notes.append(
             f"never back to full strength in the run: full_strength_s = {cluster.full_strength_s:g} s assumed"
         )
+    if not point.checkpoints:
+        proj.notes.append("wrote no checkpoints in the run: no checkpoint cost counted (optimistic if it would)")
     rng = np.random.default_rng(seed)
     t = len(point.values)
     degraded = np.where(np.isnan(point.degraded_s), cluster.full_strength_s, point.degraded_s)
@@ -211,4 +213,4 @@ def project(
 
 
 def fmt_pct(x: float) -> str:
-    return "—" if math.isnan(x) else f"{100.0 * x:.1f} %"
+    return "—" if math.isnan(x) else f"{100.0 * x:.2f} %"

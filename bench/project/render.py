@@ -29,7 +29,7 @@ def _cell(p: Projection, i: int) -> str:
     if p.point.reason:
         return "—"
     c = p.cells[i]
-    return f"{fmt_pct(c.effective)} [{100 * c.low:.1f}–{100 * c.high:.1f}]"
+    return f"{fmt_pct(c.effective)} [{100 * c.low:.2f}–{100 * c.high:.2f}]"
 
 
 def effective_table(res: Result) -> pd.DataFrame:
@@ -65,7 +65,7 @@ def parts_table(res: Result) -> pd.DataFrame:
                 "lost/failure": _seconds(c.lost_s),
                 "tau": "-" if c.tau_s is None else _seconds(c.tau_s),
             }
-            row.update({k: f"{100 * c.shares.get(k, 0.0):.2f} %" for k in PARTS})
+            row.update({k: f"{100 * c.shares.get(k, 0.0):.3f} %" for k in PARTS})
             row["training"] = fmt_pct(c.effective)
             rows.append(row)
     return pd.DataFrame(rows)
@@ -94,42 +94,48 @@ def text_table(df: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+def _pct(v: float) -> float:
+    return 100.0 * v
+
+
+def _lost(v: float) -> float:
+    return 100.0 * (1.0 - v)
+
+
 def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
     """E against cluster size, one panel per fault kind, bands shaded."""
     sizes = res.cluster.gpus
     grid = sorted({*sizes, *(round(float(x)) for x in np.geomspace(min(sizes), max(sizes), GRID))})
     dense = build(res.run, replace(res.cluster, gpus=tuple(grid)), res.scaling, replicates=replicates)
     faults = list(dict.fromkeys(p.point.fault for p in dense.projections))
-    fig = Figure(figsize=(6.4 * len(faults), 4.6))
-    axes = fig.subplots(1, len(faults), squeeze=False)[0]
-    for ax, fault in zip(axes, faults, strict=True):
+    colours = {st: f"C{k % 10}" for k, st in enumerate(dict.fromkeys(p.point.strategy for p in dense.projections))}
+    fig = Figure(figsize=(6.4 * len(faults), 8.0))
+    axes = fig.subplots(2, len(faults), squeeze=False, sharex=True)
+    for col, fault in enumerate(faults):
+        top, low = axes[0][col], axes[1][col]
         missing = []
-        for k, p in enumerate(q for q in dense.projections if q.point.fault == fault):
+        for p in (q for q in dense.projections if q.point.fault == fault):
             if p.point.reason:
                 missing.append(f"{p.point.strategy}: {p.point.reason}")
                 continue
-            colour = f"C{k % 10}"
-            x = [c.gpus for c in p.cells]
-            ax.fill_between(x, [100 * c.low for c in p.cells], [100 * c.high for c in p.cells], color=colour, alpha=0.2)
-            ax.plot(x, [100 * c.effective for c in p.cells], color=colour, label=p.point.strategy)
+            colour, x = colours[p.point.strategy], [c.gpus for c in p.cells]
             marks = [c for c in p.cells if c.gpus in sizes]
-            ax.plot([c.gpus for c in marks], [100 * c.effective for c in marks], "o", color=colour, ms=4)
-        ax.set_xscale("log")
-        ax.set_xlabel("GPUs in the job")
-        ax.set_ylabel("effective training time (% of wall time)")
-        ax.set_title(f"fault: {fault}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
+            for ax, f in ((top, _pct), (low, _lost)):
+                ax.fill_between(x, [f(c.low) for c in p.cells], [f(c.high) for c in p.cells], color=colour, alpha=0.2)
+                ax.plot(x, [f(c.effective) for c in p.cells], color=colour, label=p.point.strategy)
+                ax.plot([c.gpus for c in marks], [f(c.effective) for c in marks], "o", color=colour, ms=4)
+        top.set_title(f"fault: {fault}")
+        top.set_ylabel("effective training time (% of wall time)")
+        low.set_ylabel("wall time lost (%, log)")
+        low.set_yscale("log")
+        low.set_xlabel("GPUs in the job")
+        for ax in (top, low):
+            ax.set_xscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+        top.legend(fontsize=8, loc="lower left")
         if missing:
-            ax.text(
-                0.99,
-                0.99,
-                "no projection:\n" + "\n".join(missing),
-                transform=ax.transAxes,
-                ha="right",
-                va="top",
-                fontsize=7,
-                color="#a00",
+            low.text(
+                0.0, -0.22, "no projection: " + "; ".join(missing), transform=low.transAxes, fontsize=7, color="#a00"
             )
     fig.suptitle(
         f"Projected from {res.run.tag}; band: 5-95 % bootstrap" + ("" if res.scaling else " (phases assumed constant)"),

@@ -159,7 +159,7 @@ def test_cluster_file_is_read_and_checked(tmp_path: Path) -> None:
     good = tmp_path / "c.toml"
     good.write_text("gpus = [800]\ngpus_per_host = 8\nfailures_per_host_day = 0.864\n")
     res = CliRunner().invoke(cli, ["project", str(run), "--cluster", str(good), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 0 and "99.0 %" in res.output and "set by the user" in res.output
+    assert res.exit_code == 0 and "99.01 %" in res.output and "set by the user" in res.output
     bad = tmp_path / "bad.toml"
     bad.write_text("checkpoint_write_s = 'slow'\n")
     res = CliRunner().invoke(cli, ["project", str(run), "--cluster", str(bad)])
