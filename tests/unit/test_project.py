@@ -167,3 +167,12 @@ def test_cluster_file_is_read_and_checked(tmp_path: Path) -> None:
     bad.write_text("gpus = [\n")
     res = CliRunner().invoke(cli, ["project", str(run), "--cluster", str(bad)])
     assert res.exit_code == 2 and "valid TOML" in res.output
+
+
+def test_report_includes_the_projection_written_into_the_run(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "s", {"strategy=reinit": [_full(1.0, 2.0)] * 3})
+    assert CliRunner().invoke(cli, ["project", str(run)]).exit_code == 0
+    res = CliRunner().invoke(cli, ["report", str(run)])
+    assert res.exit_code == 0, res.output
+    md = (run / "report.md").read_text()
+    assert "## Projection to cluster scale" in md and "](project/project.png)" in md
