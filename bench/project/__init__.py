@@ -39,7 +39,8 @@ def build(run: Run, cluster: Cluster, scaling: Run | None = None, *, replicates:
     """Project every point of ``run`` onto ``cluster``; phases grow as fitted on the
     ``scaling`` run where it measured them, and are constant otherwise."""
     notes: list[str] = []
-    data = scaling_data(scaling) if scaling is not None else {}
+    per_core = cluster.oversubscribed == "per-core"
+    data = scaling_data(scaling, per_core) if scaling is not None else {}
     if scaling is None:
         notes.append(
             "No scaling run (--scaling): every phase is assumed constant in world size, and the band "
@@ -49,12 +50,19 @@ def build(run: Run, cluster: Cluster, scaling: Run | None = None, *, replicates:
         sizes = sorted({int(w) for ws, _ in data.values() for w in ws})
         notes.append(f"Phase growth fitted on {scaling.path} at world sizes {sizes}.")
         n_cores = cores(scaling)
-        if n_cores and sizes and max(sizes) > n_cores:
+        if n_cores and sizes and max(sizes) > n_cores and not per_core:
             notes.append(
                 f"Ranks outnumber the measuring machine's {n_cores} cores above {n_cores} ranks: phases that "
                 "compute in every rank (starting interpreters, importing, building the model) grow there "
                 "because ranks share cores, which hosts of a cluster do not. A sloped fit of such a phase "
-                "overstates its growth; read it as an upper bound."
+                "overstates its growth: read it as an upper bound (--set oversubscribed='per-core' gives the "
+                "lower bound)."
+            )
+        elif n_cores and sizes and max(sizes) > n_cores:
+            notes.append(
+                f"Phases measured with more ranks than the machine's {n_cores} cores were divided by "
+                "ranks / cores before fitting (oversubscribed = per-core): as if every rank had a core, which "
+                "understates the growth of phases that wait on each other rather than compute."
             )
     out = []
     for p in points(run):

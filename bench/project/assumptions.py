@@ -55,6 +55,10 @@ class Cluster:
     full_strength_s: float = 1_800.0
     """For stacks that go on with a smaller world and whose run measured no return to full
     strength (ttfs_s): seconds until a replacement host has joined."""
+    oversubscribed: Literal["measured", "per-core"] = "measured"
+    """How a scaling run's phases measured with more ranks than cores are fitted:
+    ``measured`` as they are (an upper bound on growth), ``per-core`` divided by
+    ranks / cores (as if every rank had a core: a lower bound for CPU-bound phases)."""
 
     def host_rate(self) -> float:
         """Failures per host per second."""
@@ -100,6 +104,7 @@ SOURCES: dict[str, str] = {
     "checkpoint_interval_s": "chosen to minimise lost time (interval_rule)",
     "interval_rule": "Daly (2006), a higher-order estimate of the optimum checkpoint interval; Young (1974)",
     "full_strength_s": "an assumption (time to bring a replacement host into a shrunken world): override it",
+    "oversubscribed": "phases fitted as measured, ranks sharing cores (per-core: the other bound)",
 }
 
 
@@ -113,6 +118,7 @@ def _expect(key: str) -> str:
         "checkpoint_interval_s": 'a positive number of seconds or "optimal"',
         "interval_rule": '"daly" or "young"',
         "full_strength_s": "a number of seconds >= 0",
+        "oversubscribed": '"measured" or "per-core"',
     }[key]
 
 
@@ -140,6 +146,8 @@ def _check(file: str, key: str, v: Any) -> Any:
         v = v if v == "optimal" else (float(v) if ok else v)
     elif key == "interval_rule":
         ok = v in ("daly", "young")
+    elif key == "oversubscribed":
+        ok = v in ("measured", "per-core")
     else:
         raise ConfigError(file, key, "one of " + ", ".join(f.name for f in fields(Cluster)), v)
     if not ok:

@@ -98,9 +98,11 @@ def points(run: Run) -> list[Point]:
     return out
 
 
-def scaling_data(run: Run) -> dict[tuple[str, str, str], tuple[list[float], list[float]]]:
+def scaling_data(run: Run, per_core: bool = False) -> dict[tuple[str, str, str], tuple[list[float], list[float]]]:
     """(strategy, fault, phase) -> (world sizes, seconds) over every recovered trial of
-    a scaling run (a sweep of ``workload.world_size``)."""
+    a scaling run (a sweep of ``workload.world_size``); ``per_core``: each value divided
+    by max(1, ranks / the machine's cores), as if every rank had a core of its own."""
+    n_cores = cores(run)
     out: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
     for p in run.points():
         h = p["point_hash"]
@@ -116,7 +118,8 @@ def scaling_data(run: Run) -> dict[tuple[str, str, str], tuple[list[float], list
                 key = (str(r.get("strategy", "")), str(r.get("fault", "")), phase_name(col))
                 ws, ys = out.setdefault(key, ([], []))
                 ws.append(w)
-                ys.append(0.0 if math.isnan(y) else y)
+                share = max(1.0, w / n_cores) if per_core and n_cores else 1.0
+                ys.append(0.0 if math.isnan(y) else y / share)
     return out
 
 

@@ -131,7 +131,11 @@ def test_scaling_run_grows_a_linear_phase_and_widens_the_band(tmp_path: Path) ->
     assert cell.low < cell.effective < cell.high
     out = CliRunner().invoke(cli, ["project", str(main), "--scaling", str(scaling), "--out", str(tmp_path / "o")])
     assert out.exit_code == 0, out.output
-    assert "isolate: linear" in out.output
+    assert "isolate: linear" in out.output and "outnumber" in out.output
+    # Per core: 0.1 w s at w ranks on the run's 2 cores is 0.2 s a rank whatever w (>= 2).
+    per_core = assumptions.cluster(None, (*ROUND, "oversubscribed='per-core'"))
+    p = build(load(main), per_core, load(scaling), replicates=50).projections[0]
+    assert p.models["isolate"].startswith("constant")
 
 
 @pytest.mark.parametrize(
