@@ -194,5 +194,6 @@ def lines(c: Cluster) -> list[str]:
         v = getattr(c, f.name)
         src = SOURCES[f.name] if v == getattr(default, f.name) else "set by the user"
         shown = ", ".join(f"{x:,}" for x in v) if f.name == "gpus" else (f"{v:.4g}" if isinstance(v, float) else v)
+        shown = "unset" if v is None else shown
         out.append(f"{f.name} = {shown}  ({src})")
     return out

@@ -180,3 +180,10 @@ def test_report_includes_the_projection_written_into_the_run(tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     md = (run / "report.md").read_text()
     assert "## Projection to cluster scale" in md and "](project/project.png)" in md
+
+
+def test_missing_scaling_run_or_cluster_file_is_exit_2(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "s", {"strategy=reinit": [_full(1.0, 2.0)] * 3})
+    for args in (["--scaling", str(tmp_path / "nope")], ["--cluster", str(tmp_path / "nope.toml")]):
+        res = CliRunner().invoke(cli, ["project", str(run), *args])
+        assert res.exit_code == 2 and "nope" in res.output and len(res.output.strip().splitlines()) == 1
