@@ -48,7 +48,11 @@ def build(run: Run, cluster: Cluster, scaling: Run | None = None, *, replicates:
         )
     else:
         sizes = sorted({int(w) for ws, _ in data.values() for w in ws})
-        notes.append(f"Phase growth fitted on {scaling.path} at world sizes {sizes}.")
+        notes.append(
+            f"Phase growth fitted on {scaling.path} at world sizes {sizes}, every rank on one machine: work a "
+            "cluster does once per host (an agent starting its workers) was done once for all ranks there, so a "
+            "phase that grows with it overstates growth at scale."
+        )
         n_cores = cores(scaling)
         if n_cores and sizes and max(sizes) > n_cores and not per_core:
             notes.append(

@@ -10,8 +10,10 @@ least squares with three candidate models of the world size ``w``:
 Every trial's value is a data point (not the per-size median), so the fit sees the
 spread. The rule: the model with the lowest small-sample AIC (AICc, Gaussian errors,
 ``k`` counting the noise variance too) wins, but a model with a slope must beat
-``constant`` by more than :data:`PARSIMONY` AICc units; with fewer than two world sizes
-or too few points for AICc, the phase is ``constant``. The choice is made once on all
+``constant`` by more than :data:`PARSIMONY` AICc units, and a model whose slope is
+negative is not a candidate (a phase is not assumed to get faster as the job grows:
+extrapolated, a falling line would remove the phase altogether); with fewer than two
+world sizes or too few points for AICc, the phase is ``constant``. The choice is made once on all
 the data; the uncertainty of the chosen model's parameters is carried by the caller
 (:mod:`bench.project.model`) by refitting it on bootstrap resamples of the trials.
 
@@ -108,7 +110,10 @@ def choose(w: Sequence[float], y: Sequence[float]) -> Choice:
     if len(sizes) < 2:
         return Choice(const, (const,), "one world size only: constant")
     fits = tuple(fit_model(m, w, y) for m in MODELS)
-    sloped = min(fits[1:], key=lambda f: f.aicc)
+    rising = [f for f in fits[1:] if f.coef[1] >= 0]
+    if not rising:
+        return Choice(const, fits, "every sloped fit falls with w (a phase is not assumed to speed up): constant")
+    sloped = min(rising, key=lambda f: f.aicc)
     if not math.isfinite(sloped.aicc):
         return Choice(const, fits, f"{len(y)} points: too few for AICc of a sloped model, constant")
     gain = const.aicc - sloped.aicc

@@ -40,6 +40,7 @@ from bench.scenario.figures import phase_name
 #: Parts of the lost time, in the order tables list them.
 PARTS = ("detect", "recover", "replay", "degraded", "checkpoint")
 BAND = (5.0, 95.0)
+UNMEASURED = "constant (not measured at other sizes)"
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class Scaling:
         idx = np.concatenate([rng.choice(g, size=(replicates, len(g))) for g in groups], axis=1)
         x, y = transform(fit.model, self.w[idx]), self.y[idx]
         mx, my = x.mean(axis=1, keepdims=True), y.mean(axis=1, keepdims=True)
-        slope = ((x - mx) * (y - my)).sum(axis=1) / ((x - mx) ** 2).sum(axis=1)
+        # A resample whose slope falls is held flat, as the choice is (bench.project.fit).
+        slope = np.maximum(0.0, ((x - mx) * (y - my)).sum(axis=1) / ((x - mx) ** 2).sum(axis=1))
         return (my[:, 0] - slope * mx[:, 0]), slope
 
     def shift(self, coefs: tuple[np.ndarray, np.ndarray], w0: float, n: float) -> np.ndarray:
@@ -167,15 +169,13 @@ def project(
         return proj
     for ph in point.phases:
         s = scaling.get(ph)
-        proj.models[ph] = (
-            f"{s.choice.fit.describe()} ({s.choice.reason})" if s else "constant (not measured at other sizes)"
-        )
+        proj.models[ph] = f"{s.choice.fit.describe()} ({s.choice.reason})" if s else UNMEASURED
     if point.shrinks and np.any(np.isnan(point.degraded_s)):
         proj.notes.append(
-            f"never back to full strength in the run: full_strength_s = {cluster.full_strength_s:g} s assumed"
+            f"full_strength_s = {cluster.full_strength_s:g} s assumed (never back to full strength in the run)"
         )
     if not point.checkpoints:
-        proj.notes.append("wrote no checkpoints in the run: no checkpoint cost counted (optimistic if it would)")
+        proj.notes.append("no checkpoint cost (wrote none in the run)")
     rng = np.random.default_rng(seed)
     t = len(point.values)
     degraded = np.where(np.isnan(point.degraded_s), cluster.full_strength_s, point.degraded_s)

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from bench.project import Result, build
 from bench.project.assumptions import lines
-from bench.project.model import PARTS, Projection, fmt_pct
+from bench.project.model import PARTS, UNMEASURED, Projection, fmt_pct
 from bench.report.tables import markdown
 
 DPI = 110
@@ -72,13 +72,17 @@ def parts_table(res: Result) -> pd.DataFrame:
 
 
 def models_lines(res: Result) -> list[str]:
-    """Each phase's growth model per point, where a scaling run gave one."""
+    """Each fitted phase's growth model per point; one line for a point the scaling run
+    did not measure."""
     out = []
     for p in res.projections:
         if p.point.reason:
             continue
-        for ph, how in p.models.items():
-            out.append(f"{p.point.fault} / {p.point.strategy} / {ph}: {how}")
+        name = f"{p.point.fault} / {p.point.strategy}"
+        fitted = {ph: how for ph, how in p.models.items() if not how.startswith(UNMEASURED)}
+        out += [f"{name} / {ph}: {how}" for ph, how in fitted.items()]
+        if not fitted:
+            out.append(f"{name}: not in the scaling run, every phase constant")
     return out
 
 

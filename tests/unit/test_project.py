@@ -106,6 +106,13 @@ def test_fit_recognises_the_shape(shape: object, expected: str) -> None:
     assert choose(w.tolist(), y.tolist()).fit.model == expected
 
 
+def test_a_falling_phase_is_not_extrapolated_down_to_nothing() -> None:
+    w = [2.0, 2.0, 4.0, 4.0, 8.0, 8.0]
+    y = [5.0 - 0.5 * x for x in w]
+    choice = choose(w, y)
+    assert choice.fit.model == "constant" and "falls" in choice.reason
+
+
 def test_fit_with_one_world_size_is_constant() -> None:
     assert choose([4, 4, 4], [1.0, 2.0, 3.0]).fit.model == "constant"
 
