@@ -71,12 +71,23 @@ def build(run: Run, cluster: Cluster, scaling: Run | None = None, *, replicates:
     out = []
     for p in points(run):
         fits: dict[str, Scaling] = {}
+        borrowed = set()
         for ph in p.phases:
-            ws_ys = data.get((p.strategy, p.fault, ph))
-            if ws_ys:
-                w, y = ws_ys
-                fits[ph] = Scaling(choose(w, y), np.asarray(w, dtype=float), np.asarray(y, dtype=float))
+            # The same strategy's phase under another fault kind where this one was not
+            # swept: how a phase grows is the stack's, detection aside (that depends on
+            # the fault, so it is never borrowed).
+            same = data.get((p.strategy, p.fault, ph))
+            other = [k for k in data if k[0] == p.strategy and k[2] == ph and ph != "detect"]
+            key = (p.strategy, p.fault, ph) if same else (other[0] if other else None)
+            if key is None:
+                continue
+            w, y = data[key]
+            fits[ph] = Scaling(choose(w, y), np.asarray(w, dtype=float), np.asarray(y, dtype=float))
+            if not same:
+                borrowed.add(key[1])
+        if borrowed and not p.reason:
+            notes.append(f"{p.label}: phase growth taken from the scaling run's {', '.join(sorted(borrowed))} fault.")
         if scaling is not None and p.phases and not fits and not p.reason:
-            notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy} / {p.fault}: constant.")
+            notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy}: phases constant.")
         out.append(project(p, cluster, fits, replicates=replicates, seed=seed))
     return Result(run=run, cluster=cluster, projections=out, scaling=scaling, notes=notes)

@@ -170,9 +170,11 @@ def project(
     for ph in point.phases:
         s = scaling.get(ph)
         proj.models[ph] = f"{s.choice.fit.describe()} ({s.choice.reason})" if s else UNMEASURED
-    if point.shrinks and np.any(np.isnan(point.degraded_s)):
+    never = int(np.sum(np.isnan(point.degraded_s)))
+    if point.shrinks and never:
         proj.notes.append(
-            f"full_strength_s = {cluster.full_strength_s:g} s assumed (never back to full strength in the run)"
+            f"full_strength_s = {cluster.full_strength_s:g} s assumed where the run never got back to full "
+            f"strength ({never} of {len(point.degraded_s)} trials)"
         )
     if not point.checkpoints:
         proj.notes.append("no checkpoint cost (wrote none in the run)")

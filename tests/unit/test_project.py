@@ -139,6 +139,12 @@ def test_scaling_run_grows_a_linear_phase_and_widens_the_band(tmp_path: Path) ->
     out = CliRunner().invoke(cli, ["project", str(main), "--scaling", str(scaling), "--out", str(tmp_path / "o")])
     assert out.exit_code == 0, out.output
     assert "isolate: linear" in out.output and "outnumber" in out.output
+    # A fault kind the scaling run did not sweep borrows the strategy's growth, never detection's.
+    stall = write_run(tmp_path, "st", {"strategy=reinit": [_full(1.0, 2.0, fault="stall")] * 3})
+    res = build(load(stall), assumptions.cluster(None, ROUND), load(scaling), replicates=50)
+    assert res.projections[0].models["isolate"].startswith("linear")
+    assert not res.projections[0].models["detect"].startswith("linear")
+    assert any("taken from the scaling run's kill fault" in n for n in res.notes)
     # Per core: 0.1 w s at w ranks on the run's 2 cores is 0.2 s a rank whatever w (>= 2).
     per_core = assumptions.cluster(None, (*ROUND, "oversubscribed='per-core'"))
     p = build(load(main), per_core, load(scaling), replicates=50).projections[0]
