@@ -1,4 +1,4 @@
-"""Commands that read run directories: report, compare, gate, export, baseline."""
+"""Commands that read run directories: report, compare, gate, export, baseline, project."""
 
 from __future__ import annotations
 
@@ -221,3 +221,24 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
 
     dest = save_baseline(open_run(run_dir), name, root)
     click.echo(f"baseline: {dest}")
+
+
+@cli.command()
+@click.argument("run_dir")
+@click.option("--scaling", help="Run of a world-size sweep (scenario phase-scaling) to fit phase growth on.")
+@click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False, path_type=Path), help="Cluster TOML file.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a cluster key (docs/project.md).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where project.md/png go [RUN/project].")
+@errors
+def project(
+    run_dir: str, scaling: str | None, cluster_file: Path | None, sets: tuple[str, ...], out: Path | None
+) -> None:
+    """Effective training time of each strategy at cluster scale (1K-100K GPUs), from
+    RUN_DIR's measured recovery, with bands and every assumption printed."""
+    from bench.project import assumptions, build, render
+
+    res = build(open_run(run_dir), assumptions.cluster(cluster_file, sets), open_run(scaling) if scaling else None)
+    out = out or res.run.path / "project"
+    png = render.plot(res, out / "project.png")
+    click.echo(render.text(res))
+    click.echo(f"\nwritten: {render.write(res, out, png)}, {png}")

@@ -86,6 +86,7 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     rep.add("h2", "Summary")
     rep.add("table", table=tables.summary(series))
     _calibration(rep, runs)
+    _projection(rep, runs)
     _distributions(rep, series, plot_dir)
     _phases(rep, series, plot_dir)
     diagnosis.timeouts(rep, runs, plot_dir)
@@ -123,6 +124,20 @@ def _calibration(rep: Report, runs: list[Run]) -> None:
             f"{tol.get('rel', 0):.0%} of the bare median).",
         )
         rep.add("table", table=tables.calibration(cal))
+
+
+def _projection(rep: Report, runs: list[Run]) -> None:
+    """What ``ftbench project`` last wrote into a run directory (its default ``--out``)."""
+    for run in runs:
+        png = run.path / "project" / "project.png"
+        if png.exists():
+            rep.add("h2", "Projection to cluster scale")
+            rep.add(
+                "p",
+                f"`ftbench project` on `{run.tag}`: effective training time against cluster size, with the "
+                f"assumptions and tables in `{png.parent / 'project.md'}` (method: docs/project.md).",
+            )
+            rep.figure(png, "Share of wall time spent training per strategy (band: 5-95 % bootstrap).", "projection")
 
 
 def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:

@@ -1,0 +1,93 @@
+"""``ftbench project``: from a run's measured recovery to effective training time on a
+cluster of thousands of GPUs, with every assumption said and a band, not a point.
+
+- :mod:`bench.project.assumptions`: the cluster (sizes, failure rate, checkpoint cost
+  and interval), defaults with their sources, TOML file and ``--set`` overrides;
+- :mod:`bench.project.source`: the points of a run, reduced to recovered trials' phases;
+- :mod:`bench.project.fit`: per-phase growth models fitted on a scaling run;
+- :mod:`bench.project.model`: lost time per failure, effective fraction, bootstrap band;
+- :mod:`bench.project.render`: the tables, the markdown page and the plot.
+
+The method, its limits and its sources are written up in ``docs/project.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.project.assumptions import Cluster
+from bench.project.fit import choose
+from bench.project.model import Projection, Scaling, project
+from bench.project.source import cores, points, scaling_data
+from bench.results.reader import Run
+
+
+@dataclass
+class Result:
+    """Everything ``ftbench project`` shows: one projection per point, and notes."""
+
+    run: Run
+    cluster: Cluster
+    projections: list[Projection]
+    scaling: Run | None
+    notes: list[str] = field(default_factory=list)
+
+
+def build(run: Run, cluster: Cluster, scaling: Run | None = None, *, replicates: int = 1000, seed: int = 0) -> Result:
+    """Project every point of ``run`` onto ``cluster``; phases grow as fitted on the
+    ``scaling`` run where it measured them, and are constant otherwise."""
+    notes: list[str] = []
+    per_core = cluster.oversubscribed == "per-core"
+    data = scaling_data(scaling, per_core) if scaling is not None else {}
+    if scaling is None:
+        notes.append(
+            "No scaling run (--scaling): every phase is assumed constant in world size, and the band "
+            "covers only the spread between this run's trials, not growth with scale."
+        )
+    else:
+        sizes = sorted({int(w) for ws, _ in data.values() for w in ws})
+        notes.append(
+            f"Phase growth fitted on {scaling.path} at world sizes {sizes}, every rank on one machine: work a "
+            "cluster does once per host (an agent starting its workers) was done once for all ranks there, so a "
+            "phase that grows with it overstates growth at scale."
+        )
+        n_cores = cores(scaling)
+        if n_cores and sizes and max(sizes) > n_cores and not per_core:
+            notes.append(
+                f"Ranks outnumber the measuring machine's {n_cores} cores above {n_cores} ranks: phases that "
+                "compute in every rank (starting interpreters, importing, building the model) grow there "
+                "because ranks share cores, which hosts of a cluster do not. A sloped fit of such a phase "
+                "overstates its growth: read it as an upper bound (--set oversubscribed='per-core' gives the "
+                "lower bound)."
+            )
+        elif n_cores and sizes and max(sizes) > n_cores:
+            notes.append(
+                f"Phases measured with more ranks than the machine's {n_cores} cores were divided by "
+                "ranks / cores before fitting (oversubscribed = per-core): as if every rank had a core, which "
+                "understates the growth of phases that wait on each other rather than compute."
+            )
+    out = []
+    for p in points(run):
+        fits: dict[str, Scaling] = {}
+        borrowed = set()
+        for ph in p.phases:
+            # The same strategy's phase under another fault kind where this one was not
+            # swept: how a phase grows is the stack's, detection aside (that depends on
+            # the fault, so it is never borrowed).
+            same = data.get((p.strategy, p.fault, ph))
+            other = [k for k in data if k[0] == p.strategy and k[2] == ph and ph != "detect"]
+            key = (p.strategy, p.fault, ph) if same else (other[0] if other else None)
+            if key is None:
+                continue
+            w, y = data[key]
+            fits[ph] = Scaling(choose(w, y), np.asarray(w, dtype=float), np.asarray(y, dtype=float))
+            if not same:
+                borrowed.add(key[1])
+        if borrowed and not p.reason:
+            notes.append(f"{p.label}: phase growth taken from the scaling run's {', '.join(sorted(borrowed))} fault.")
+        if scaling is not None and p.phases and not fits and not p.reason:
+            notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy}: phases constant.")
+        out.append(project(p, cluster, fits, replicates=replicates, seed=seed))
+    return Result(run=run, cluster=cluster, projections=out, scaling=scaling, notes=notes)

@@ -1,0 +1,199 @@
+"""The cluster a projection is for, and where each default comes from.
+
+A projection is only as good as what it assumes, so every assumption is a named key with
+a default, a source in words (or the plain statement that it is an assumption), and a
+way to override it: a small TOML file (``--cluster FILE``) and ``--set KEY=VALUE`` on
+top (the value read as TOML, as ``ftbench run --set`` does). Bad input is a
+:class:`ConfigError` naming the file and the key (exit 2 in the CLI).
+
+The failure-rate default is computed here, not typed in: Meta's Llama 3 report ("The
+Llama 3 Herd of Models", 2024, section 3.3.4) counts 419 unexpected interruptions in a
+54-day snapshot of pre-training on 16,384 H100 GPUs (8 per host), about 78 % of them
+attributed to hardware. 419 / (54 x 16,384) = 4.74e-4 per GPU-day, 0.47 per 1,000
+GPU-days, a job-level mean time between failures of 3.1 h at 16K GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from bench.scenario.config import ConfigError
+
+#: Llama 3 405B pre-training snapshot (see the module docstring).
+LLAMA3_INTERRUPTIONS = 419
+LLAMA3_DAYS = 54
+LLAMA3_GPUS = 16_384
+LLAMA3_GPUS_PER_HOST = 8
+LLAMA3_RATE_PER_GPU_DAY = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * LLAMA3_GPUS)
+DAY_S = 86_400.0
+
+Rule = Literal["daly", "young"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cluster:
+    """What the projection assumes about the target cluster; every field a key."""
+
+    gpus: tuple[int, ...] = (1_024, 16_384, 100_000)
+    """Cluster sizes (GPUs, one rank each) to project to."""
+    gpus_per_host: int = LLAMA3_GPUS_PER_HOST
+    """GPUs per host; a failure takes one host's ranks out of the world."""
+    failures_per_gpu_day: float = LLAMA3_RATE_PER_GPU_DAY
+    """Unexpected interruptions per GPU per day (used when failures_per_host_day is unset)."""
+    failures_per_host_day: float | None = None
+    """Interruptions per host per day; overrides failures_per_gpu_day when given."""
+    checkpoint_write_s: float = 30.0
+    """Seconds a checkpoint write stalls training (delta)."""
+    checkpoint_interval_s: float | Literal["optimal"] = "optimal"
+    """Seconds between checkpoints (tau), or ``optimal`` (interval_rule)."""
+    interval_rule: Rule = "daly"
+    """``daly``: tau = sqrt(2 delta M) - delta; ``young``: tau = sqrt(2 delta M)."""
+    full_strength_s: float = 1_800.0
+    """For stacks that go on with a smaller world and whose run measured no return to full
+    strength (ttfs_s): seconds until a replacement host has joined."""
+    oversubscribed: Literal["measured", "per-core"] = "measured"
+    """How a scaling run's phases measured with more ranks than cores are fitted:
+    ``measured`` as they are (an upper bound on growth), ``per-core`` divided by
+    ranks / cores (as if every rank had a core: a lower bound for CPU-bound phases)."""
+
+    def host_rate(self) -> float:
+        """Failures per host per second."""
+        per_day = (
+            self.failures_per_host_day
+            if self.failures_per_host_day is not None
+            else self.failures_per_gpu_day * self.gpus_per_host
+        )
+        return per_day / DAY_S
+
+    def hosts(self, gpus: int) -> int:
+        return math.ceil(gpus / self.gpus_per_host)
+
+    def rate(self, gpus: int) -> float:
+        """lambda: failures per second of the whole job (every host fails independently)."""
+        return self.hosts(gpus) * self.host_rate()
+
+    def interval(self, gpus: int) -> tuple[float, str]:
+        """tau for a job of ``gpus`` GPUs, and how it was chosen."""
+        delta = self.checkpoint_write_s
+        if self.checkpoint_interval_s != "optimal":
+            return float(self.checkpoint_interval_s), "given"
+        mtbf = 1.0 / self.rate(gpus)
+        young = math.sqrt(2.0 * delta * mtbf)
+        if self.interval_rule == "young":
+            return young, "optimal (Young: sqrt(2 delta M))"
+        # Daly's first-order optimum holds for delta < 2M; past it, checkpoint every M.
+        if delta >= 2.0 * mtbf:
+            return mtbf, "optimal (Daly; delta >= 2M, so tau = M)"
+        return young - delta, "optimal (Daly: sqrt(2 delta M) - delta)"
+
+
+#: Where each default comes from, in words, printed beside every projection.
+SOURCES: dict[str, str] = {
+    "gpus": "the issue's 1K, 16K and 100K GPUs",
+    "gpus_per_host": "8 H100 per host, as in the Llama 3 report",
+    "failures_per_gpu_day": (
+        f"Llama 3 report (Meta, 2024): {LLAMA3_INTERRUPTIONS} unexpected interruptions in {LLAMA3_DAYS} days "
+        f"on {LLAMA3_GPUS:,} H100 GPUs = {LLAMA3_RATE_PER_GPU_DAY * 1e3:.3f} per 1,000 GPU-days"
+    ),
+    "failures_per_host_day": "unset: failures_per_gpu_day x gpus_per_host",
+    "checkpoint_write_s": "an assumption (a blocking sharded write), not a measurement: override it",
+    "checkpoint_interval_s": "chosen to minimise lost time (interval_rule)",
+    "interval_rule": "Daly (2006), a higher-order estimate of the optimum checkpoint interval; Young (1974)",
+    "full_strength_s": "an assumption (time to bring a replacement host into a shrunken world): override it",
+    "oversubscribed": "phases fitted as measured, ranks sharing cores (per-core: the other bound)",
+}
+
+
+def _expect(key: str) -> str:
+    return {
+        "gpus": "a list of positive integers (GPUs)",
+        "gpus_per_host": "a positive integer",
+        "failures_per_gpu_day": "a positive number",
+        "failures_per_host_day": "a positive number",
+        "checkpoint_write_s": "a number of seconds >= 0",
+        "checkpoint_interval_s": 'a positive number of seconds or "optimal"',
+        "interval_rule": '"daly" or "young"',
+        "full_strength_s": "a number of seconds >= 0",
+        "oversubscribed": '"measured" or "per-core"',
+    }[key]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check(file: str, key: str, v: Any) -> Any:
+    """One key's value, validated; a ConfigError naming ``key`` otherwise."""
+    ok: bool
+    if key == "gpus":
+        ok = isinstance(v, list) and 0 < len(v) <= 64 and all(isinstance(x, int) and 0 < x <= 10**8 for x in v)
+        ok = ok and not any(isinstance(x, bool) for x in v)
+        v = tuple(v) if ok else v
+    elif key == "gpus_per_host":
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1024
+    elif key in ("failures_per_gpu_day", "failures_per_host_day"):
+        ok = _number(v) and 0 < v <= 1e6
+        v = float(v) if ok else v
+    elif key in ("checkpoint_write_s", "full_strength_s"):
+        ok = _number(v) and 0 <= v <= 1e9
+        v = float(v) if ok else v
+    elif key == "checkpoint_interval_s":
+        ok = v == "optimal" or (_number(v) and 0 < v <= 1e9)
+        v = v if v == "optimal" else (float(v) if ok else v)
+    elif key == "interval_rule":
+        ok = v in ("daly", "young")
+    elif key == "oversubscribed":
+        ok = v in ("measured", "per-core")
+    else:
+        raise ConfigError(file, key, "one of " + ", ".join(f.name for f in fields(Cluster)), v)
+    if not ok:
+        raise ConfigError(file, key, _expect(key), v)
+    return v
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A cluster TOML file's keys (flat), checked."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(str(path), "", "a readable TOML file", str(err)) from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(str(path), "", "valid TOML", str(err)) from None
+    return {k: _check(str(path), k, v) for k, v in raw.items()}
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE read as TOML (else as a string), checked."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError("--set", item, "KEY=VALUE")
+    try:
+        value: Any = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    return key, _check("--set", key, value)
+
+
+def cluster(file: Path | None = None, sets: tuple[str, ...] = ()) -> Cluster:
+    """The defaults, then the file's keys, then each ``--set``."""
+    changes: dict[str, Any] = read_file(file) if file is not None else {}
+    changes.update(parse_set(s) for s in sets)
+    return replace(Cluster(), **changes)
+
+
+def lines(c: Cluster) -> list[str]:
+    """``key = value  (source)`` for each assumption, changed ones marked as set."""
+    default = Cluster()
+    out = []
+    for f in fields(Cluster):
+        v = getattr(c, f.name)
+        src = SOURCES[f.name] if v == getattr(default, f.name) else "set by the user"
+        shown = ", ".join(f"{x:,}" for x in v) if f.name == "gpus" else (f"{v:.4g}" if isinstance(v, float) else v)
+        shown = "unset" if v is None else shown
+        out.append(f"{f.name} = {shown}  ({src})")
+    return out

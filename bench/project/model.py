@@ -1,0 +1,218 @@
+"""Effective training time at cluster scale: the arithmetic, with its band.
+
+For a job of N GPUs, failures arrive at rate lambda = hosts(N) x rate per host. Each
+costs L(N) seconds of wall time:
+
+    L = sum of the measured phases (detection, the strategy's own phases), each shifted
+        by its fitted growth from the measured world size to N
+      + replayed work: tau / 2 for a stack that checkpoints (its measured catch-up is
+        replaced: it replayed from a checkpoint taken every few steps here), else the
+        measured catch-up phase (steps recomputed after recovery)
+      + degraded running: (shrink / N) x seconds until the world is full again, for a
+        stack that goes on with a smaller world (measured, else assumed)
+
+The fraction of wall time spent training is
+
+    E = c / (1 + lambda L),   c = tau / (tau + delta) for a checkpointing stack, else 1
+
+(delta the checkpoint write, tau the compute between writes, Young or Daly optimal by
+default). Each part's share of wall time is lambda L_i / (1 + lambda L) and the writes'
+is (1 - c) / (1 + lambda L), so the shares and E add up to 1.
+
+The band: B bootstrap replicates, each resampling the point's recovered trials (their
+mean loss is the expected loss per fault) and, per phase with a scaling fit, the
+scaling run's trials within each world size (refitting the chosen model); the band is
+the 5th to 95th percentile of E. The estimate is E from all the data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.project.assumptions import Cluster
+from bench.project.fit import Choice, ModelName
+from bench.project.source import CATCHUP, Point
+from bench.scenario.figures import phase_name
+
+#: Parts of the lost time, in the order tables list them.
+PARTS = ("detect", "recover", "replay", "degraded", "checkpoint")
+BAND = (5.0, 95.0)
+UNMEASURED = "constant (not measured at other sizes)"
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A phase's chosen growth model and the data it was fitted on (for resampling)."""
+
+    choice: Choice
+    w: np.ndarray
+    y: np.ndarray
+
+    def coefs(self, rng: np.random.Generator | None, replicates: int) -> tuple[np.ndarray, np.ndarray]:
+        """Intercepts and slopes of the chosen model: fitted on all the data (``rng`` None,
+        one row) or refitted on ``replicates`` resamples of the trials within each world
+        size. Closed-form simple regression, vectorised over replicates."""
+        fit = self.choice.fit
+        if fit.model == "constant":
+            rows = 1 if rng is None else replicates
+            return np.full(rows, fit.coef[0]), np.zeros(rows)
+        if rng is None:
+            return np.array([fit.coef[0]]), np.array([fit.coef[1]])
+        groups = [np.flatnonzero(self.w == s) for s in np.unique(self.w)]
+        idx = np.concatenate([rng.choice(g, size=(replicates, len(g))) for g in groups], axis=1)
+        x, y = transform(fit.model, self.w[idx]), self.y[idx]
+        mx, my = x.mean(axis=1, keepdims=True), y.mean(axis=1, keepdims=True)
+        # A resample whose slope falls is held flat, as the choice is (bench.project.fit).
+        slope = np.maximum(0.0, ((x - mx) * (y - my)).sum(axis=1) / ((x - mx) ** 2).sum(axis=1))
+        return (my[:, 0] - slope * mx[:, 0]), slope
+
+    def shift(self, coefs: tuple[np.ndarray, np.ndarray], w0: float, n: float) -> np.ndarray:
+        """f(n) - f(w0) per row of ``coefs``: seconds the phase gains from the measured
+        world size to n (each prediction floored at 0: a phase takes no negative time)."""
+        a, b = coefs
+        model = self.choice.fit.model
+        if model == "constant":
+            return np.zeros_like(a)
+
+        def at(w: float) -> np.ndarray:
+            v: np.ndarray = np.maximum(0.0, a + b * transform(model, np.array(float(w))))
+            return v
+
+        out: np.ndarray = at(n) - at(w0)
+        return out
+
+
+def transform(model: ModelName, w: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.log2(w) if model == "log" else w.astype(float)
+    return out
+
+
+@dataclass
+class Cell:
+    """One point at one cluster size."""
+
+    gpus: int
+    effective: float
+    low: float
+    high: float
+    lost_s: float
+    """L: expected seconds lost per failure."""
+    rate_per_day: float
+    tau_s: float | None
+    tau_how: str
+    shares: dict[str, float] = field(default_factory=dict)
+    """Share of wall time of each part (PARTS)."""
+
+
+@dataclass
+class Projection:
+    point: Point
+    cells: list[Cell] = field(default_factory=list)
+    models: dict[str, str] = field(default_factory=dict)
+    """Phase -> the growth model used and why."""
+    notes: list[str] = field(default_factory=list)
+
+
+def _parts(
+    point: Point,
+    mean: np.ndarray,
+    degraded: np.ndarray,
+    shifts: dict[str, np.ndarray],
+    n: int,
+    c: Cluster,
+    tau: float | None,
+) -> dict[str, np.ndarray]:
+    """Expected seconds lost per failure, by part: ``mean`` is (rows x phases) of mean
+    phase seconds, ``degraded`` the mean degraded seconds per row (NaN: assumed)."""
+    zero = np.zeros(len(mean))
+    detect, recover, replay = zero.copy(), zero.copy(), zero.copy()
+    for i, ph in enumerate(point.phases):
+        v = np.maximum(0.0, mean[:, i] + shifts.get(ph, zero))
+        if ph == phase_name(CATCHUP):
+            replay += 0.0 if tau is not None else v
+        elif ph == "detect":
+            detect += v
+        else:
+            recover += v
+    if tau is not None:
+        replay += tau / 2.0
+    deg = min(1.0, c.gpus_per_host / n) * degraded if point.shrinks else zero
+    return {"detect": detect, "recover": recover, "replay": replay, "degraded": deg}
+
+
+def _effective(
+    parts: dict[str, np.ndarray], rate: float, tau: float | None, delta: float
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    lost = sum(parts.values(), np.zeros(1))
+    denom = 1.0 + rate * lost
+    ckpt = tau / (tau + delta) if tau is not None and tau + delta > 0 else 1.0
+    shares = {k: rate * v / denom for k, v in parts.items()}
+    shares["checkpoint"] = (1.0 - ckpt) / denom
+    return ckpt / denom, shares
+
+
+def project(
+    point: Point,
+    cluster: Cluster,
+    scaling: dict[str, Scaling],
+    *,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> Projection:
+    """E(N) with its band for every cluster size of ``cluster``; empty cells (and the
+    reason) for a point no trial of which recovered."""
+    proj = Projection(point=point)
+    if point.reason:
+        return proj
+    for ph in point.phases:
+        s = scaling.get(ph)
+        proj.models[ph] = f"{s.choice.fit.describe()} ({s.choice.reason})" if s else UNMEASURED
+    never = int(np.sum(np.isnan(point.degraded_s)))
+    if point.shrinks and never:
+        proj.notes.append(
+            f"full_strength_s = {cluster.full_strength_s:g} s assumed where the run never got back to full "
+            f"strength ({never} of {len(point.degraded_s)} trials)"
+        )
+    if not point.checkpoints:
+        proj.notes.append("no checkpoint cost (wrote none in the run)")
+    rng = np.random.default_rng(seed)
+    t = len(point.values)
+    degraded = np.where(np.isnan(point.degraded_s), cluster.full_strength_s, point.degraded_s)
+    idx = rng.integers(0, t, size=(replicates, t))
+    b_mean, b_deg = point.values[idx].mean(axis=1), degraded[idx].mean(axis=1)
+    b_coefs = {ph: s.coefs(rng, replicates) for ph, s in scaling.items()}
+    coefs = {ph: s.coefs(None, 1) for ph, s in scaling.items()}
+    mean, deg = point.values.mean(axis=0, keepdims=True), np.array([degraded.mean()])
+    for n in cluster.gpus:
+        rate = cluster.rate(n)
+        tau, how = cluster.interval(n) if point.checkpoints else (None, "no checkpoints")
+        b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
+        boot = _effective(
+            _parts(point, b_mean, b_deg, b_shifts, n, cluster, tau), rate, tau, cluster.checkpoint_write_s
+        )[0]
+        shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
+        parts = _parts(point, mean, deg, shifts, n, cluster, tau)
+        eff, shares = _effective(parts, rate, tau, cluster.checkpoint_write_s)
+        e = float(eff[0])
+        low, high = (float(x) for x in np.percentile(boot, BAND)) if replicates else (e, e)
+        proj.cells.append(
+            Cell(
+                gpus=n,
+                effective=e,
+                low=min(low, e),
+                high=max(high, e),
+                lost_s=float(sum(v[0] for v in parts.values())),
+                rate_per_day=rate * 86_400.0,
+                tau_s=tau,
+                tau_how=how,
+                shares={k: float(v[0]) for k, v in shares.items()},
+            )
+        )
+    return proj
+
+
+def fmt_pct(x: float) -> str:
+    return "—" if math.isnan(x) else f"{100.0 * x:.2f} %"

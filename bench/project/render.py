@@ -1,0 +1,203 @@
+"""Showing a projection: two tables, the plot, the assumptions, as text and Markdown.
+
+The tables are pandas frames rendered by the report's own Markdown writer (so a
+projection pasted into an issue reads like a report) and as aligned text for the
+terminal. The plot draws E against cluster size on a log axis, one panel per fault
+kind, a line per strategy with its band shaded; sizes between the requested ones are
+projected on a log grid so that the curve is a curve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from bench.project import Result, build
+from bench.project.assumptions import lines
+from bench.project.model import PARTS, UNMEASURED, Projection, fmt_pct
+from bench.report.tables import markdown
+
+DPI = 110
+GRID = 17
+
+
+def _cell(p: Projection, i: int) -> str:
+    if p.point.reason:
+        return "—"
+    c = p.cells[i]
+    return f"{fmt_pct(c.effective)} [{100 * c.low:.2f}–{100 * c.high:.2f}]"
+
+
+def effective_table(res: Result) -> pd.DataFrame:
+    """One row per point: E with its 90 % band at each cluster size, or why there is none."""
+    rows = []
+    for p in res.projections:
+        row: dict[str, object] = {"fault": p.point.fault, "strategy": p.point.strategy}
+        for i, n in enumerate(res.cluster.gpus):
+            row[f"{n:,} GPUs"] = _cell(p, i)
+        row["note"] = p.point.reason or "; ".join(p.notes)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _seconds(v: float) -> str:
+    if v >= 3600:
+        return f"{v / 3600:.2f} h"
+    return f"{v / 60:.1f} min" if v >= 120 else f"{v:.3g} s"
+
+
+def parts_table(res: Result) -> pd.DataFrame:
+    """Where the wall time goes: each part's share, with the rate and lost time per failure."""
+    rows = []
+    for p in res.projections:
+        if p.point.reason:
+            continue
+        for c in p.cells:
+            row: dict[str, object] = {
+                "fault": p.point.fault,
+                "strategy": p.point.strategy,
+                "GPUs": f"{c.gpus:,}",
+                "failures/day": f"{c.rate_per_day:.3g}",
+                "lost/failure": _seconds(c.lost_s),
+                "tau": "-" if c.tau_s is None else _seconds(c.tau_s),
+            }
+            row.update({k: f"{100 * c.shares.get(k, 0.0):.3f} %" for k in PARTS})
+            row["training"] = fmt_pct(c.effective)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def models_lines(res: Result) -> list[str]:
+    """Each fitted phase's growth model per point; one line for a point the scaling run
+    did not measure."""
+    out = []
+    for p in res.projections:
+        if p.point.reason:
+            continue
+        name = f"{p.point.fault} / {p.point.strategy}"
+        fitted = {ph: how for ph, how in p.models.items() if not how.startswith(UNMEASURED)}
+        out += [f"{name} / {ph}: {how}" for ph, how in fitted.items()]
+        if not fitted:
+            out.append(f"{name}: not in the scaling run, every phase constant")
+    return out
+
+
+def text_table(df: pd.DataFrame) -> str:
+    """Aligned columns for a terminal."""
+    if df.empty:
+        return "(no rows)"
+    cols = [str(c) for c in df.columns]
+    cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
+    width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, width, strict=True)).rstrip()]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
+    return "\n".join(out)
+
+
+def _pct(v: float) -> float:
+    return 100.0 * v
+
+
+def _lost(v: float) -> float:
+    return 100.0 * (1.0 - v)
+
+
+def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
+    """E against cluster size, one panel per fault kind, bands shaded."""
+    sizes = res.cluster.gpus
+    grid = sorted({*sizes, *(round(float(x)) for x in np.geomspace(min(sizes), max(sizes), GRID))})
+    dense = build(res.run, replace(res.cluster, gpus=tuple(grid)), res.scaling, replicates=replicates)
+    faults = list(dict.fromkeys(p.point.fault for p in dense.projections))
+    colours = {st: f"C{k % 10}" for k, st in enumerate(dict.fromkeys(p.point.strategy for p in dense.projections))}
+    fig = Figure(figsize=(6.4 * len(faults), 8.0))
+    axes = fig.subplots(2, len(faults), squeeze=False, sharex=True)
+    for col, fault in enumerate(faults):
+        top, low = axes[0][col], axes[1][col]
+        missing = []
+        for p in (q for q in dense.projections if q.point.fault == fault):
+            if p.point.reason:
+                missing.append(f"{p.point.strategy}: {p.point.reason}")
+                continue
+            colour, x = colours[p.point.strategy], [c.gpus for c in p.cells]
+            marks = [c for c in p.cells if c.gpus in sizes]
+            for ax, f in ((top, _pct), (low, _lost)):
+                ax.fill_between(x, [f(c.low) for c in p.cells], [f(c.high) for c in p.cells], color=colour, alpha=0.2)
+                ax.plot(x, [f(c.effective) for c in p.cells], color=colour, label=p.point.strategy)
+                ax.plot([c.gpus for c in marks], [f(c.effective) for c in marks], "o", color=colour, ms=4)
+        top.set_title(f"fault: {fault}")
+        top.set_ylabel("effective training time (% of wall time)")
+        low.set_ylabel("wall time lost (%, log)")
+        low.set_yscale("log")
+        low.set_xlabel("GPUs in the job")
+        for ax in (top, low):
+            ax.set_xscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+        top.legend(fontsize=8, loc="lower left")
+        if missing:
+            low.text(
+                0.0, -0.22, "no projection: " + "; ".join(missing), transform=low.transAxes, fontsize=7, color="#a00"
+            )
+    fig.suptitle(
+        f"Projected from {res.run.tag}; band: 5-95 % bootstrap" + ("" if res.scaling else " (phases assumed constant)"),
+        fontsize=9,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    return path
+
+
+def text(res: Result) -> str:
+    """What the CLI prints."""
+    parts = [
+        "Effective training time (share of wall time spent training; 90 % bootstrap band) "
+        f"projected from {res.run.tag}:",
+        "",
+        text_table(effective_table(res)),
+        "",
+        "Where the time goes (share of wall time):",
+        "",
+        text_table(parts_table(res)),
+        "",
+        "Assumptions:",
+        *(f"  {line}" for line in lines(res.cluster)),
+        *(f"  {line}" for line in res.notes),
+    ]
+    models = models_lines(res)
+    if res.scaling is not None and models:
+        parts += ["", "Phase growth models:", *(f"  {m}" for m in models)]
+    return "\n".join(parts)
+
+
+def write(res: Result, out: Path, png: Path) -> Path:
+    """``project.md`` beside the plot."""
+    md = out / "project.md"
+    rel = png.relative_to(out).as_posix() if png.is_relative_to(out) else str(png)
+    doc = [
+        f"# Effective training time at cluster scale: {res.run.name}",
+        "",
+        f"Projected from `{res.run.path}`" + (f" with phase growth from `{res.scaling.path}`." if res.scaling else "."),
+        "Cells: share of wall time spent training, `estimate [5–95 % bootstrap band]`; `—`: no projection (see note).",
+        "",
+        markdown(effective_table(res)),
+        f"![effective training time against cluster size]({rel})",
+        "",
+        "## Where the time goes",
+        "",
+        markdown(parts_table(res)),
+        "## Assumptions",
+        "",
+        *(f"- {line}" for line in lines(res.cluster)),
+        *(f"- {line}" for line in res.notes),
+        "",
+    ]
+    models = models_lines(res)
+    if res.scaling is not None and models:
+        doc += ["## Phase growth models", "", *(f"- {m}" for m in models), ""]
+    doc.append("How this is computed: docs/project.md.")
+    out.mkdir(parents=True, exist_ok=True)
+    md.write_text("\n".join(doc) + "\n")
+    return md
