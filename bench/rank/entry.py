@@ -213,12 +213,15 @@ def _check_names(spec: RankSpec, file: str) -> None:
     from bench.strategies import STRATEGIES
     from bench.workloads import WORKLOADS
 
+    for i, h in enumerate(spec.hooks):
+        if h.kind not in FAULTS:
+            raise ConfigError(file, f"hooks.{i}.kind", f"one of {FAULTS.choices()}", h.kind)
     strategy = STRATEGIES[spec.recovery.strategy]
     expected = {
         "entry": strategy.rank_entry,
         "policy": strategy.rank_policy,
         "workload_impl": WORKLOADS[spec.workload.kind].impl,
-    } | {f"hooks.{i}.impl": FAULTS[h.kind].impl for i, h in enumerate(spec.hooks) if h.kind in FAULTS}
+    } | {f"hooks.{i}.impl": FAULTS[h.kind].impl for i, h in enumerate(spec.hooks)}
     actual = {"entry": spec.entry, "policy": spec.policy, "workload_impl": spec.workload_impl} | {
         f"hooks.{i}.impl": h.impl for i, h in enumerate(spec.hooks)
     }
