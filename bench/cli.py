@@ -526,6 +526,26 @@ def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, toleranc
     sys.exit(0 if report.comparisons and all(c.ok for c in report.comparisons) else 1)
 
 
+@cli.command("host")
+@click.option("--controller", required=True, metavar="ADDR:PORT", help="The trial's c10d store (the harness).")
+@click.option("--host", "name", required=True, metavar="hN", help="This host's name in the trial (h0, h1, ...).")
+@click.option(
+    "--events-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The trial's events directory (shared between the hosts).",
+)
+@click.option("--deadline-s", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@_errors
+def host_agent(controller: str, name: str, events_dir: Path, deadline_s: float) -> None:
+    """Run this host's part of a multi-host trial (started on every host by the harness,
+    srun or ssh; docs/multihost.md): register, align clocks, start and supervise this
+    host's ranks, carry out the faults aimed at them."""
+    from bench.procs.agent import main as agent_main
+
+    sys.exit(agent_main(controller, name, events_dir, deadline_s))
+
+
 def main() -> None:
     # torch.cuda imports pynvml (a dependency of nvidia-resiliency-ext), which warns on
     # every import that it is deprecated: noise on a console that shows figures.

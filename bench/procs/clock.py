@@ -144,7 +144,7 @@ class Responder:
     away; each wait is bounded by ``poll_s`` all the same.
     """
 
-    def __init__(self, connect: Callable[[], Any], prefix: str, *, poll_s: float = 5.0) -> None:
+    def __init__(self, connect: Callable[[], Any], prefix: str, *, poll_s: float = 60.0) -> None:
         self.prefix = prefix
         self.poll_s = poll_s
         self._stop = threading.Event()

@@ -71,6 +71,9 @@ class FaultFigures:
     """How the first detection happened (a gloo error's kind, timeout, exit, quorum_drop...)."""
     detect_site: str = ""
     """Where the first rank to detect saw it: ``backward``, ``all_reduce`` or ``wait``."""
+    clock_err: dict[str, float] = field(default_factory=dict)
+    """Multi-host trials only: ``*_err_s``, the clock-alignment uncertainty of figures
+    that subtract stamps of two hosts (:func:`bench.results.window.clock_errors`)."""
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
@@ -86,6 +89,7 @@ class FaultFigures:
             "error": self.error,
             "detect_how": self.detect_how,
             "detect_site": self.detect_site,
+            **self.clock_err,
         }
 
 

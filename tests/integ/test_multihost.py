@@ -14,7 +14,10 @@ import sys
 import pytest
 
 from bench.procs.clock import Offset, Responder
+from bench.procs.launcher import ProcessHost
 from bench.procs.store import bound_store
+from bench.results.events import read_events
+from tests.integ.conftest import rows
 
 pytestmark = pytest.mark.integ
 
@@ -68,3 +71,60 @@ def dist_client(port: int) -> object:
     import torch.distributed as dist
 
     return dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=20))
+
+
+TWO_HOSTS = """
+name = "two-hosts"
+[workload]
+kind = "ddp"
+world_size = 4
+steps = 40
+pg_timeout_s = 5
+[launch]
+ranks_per_host = 2
+agents = true
+clock_shift_s = 1000
+[recovery]
+strategy = "reinit"
+[[faults]]
+kind = "kill"
+target = { host = 1 }
+trigger = { at_step = 10, jitter = "step" }
+[measure]
+trials = 1
+deadline_s = 60
+"""
+
+
+def _no_namespaces_left(host: ProcessHost) -> None:
+    from injectors.link import system
+
+    tag = system.tag_for(host.run_id)
+    left = [n for n in system.namespaces() if f"-{tag}-" in n]
+    assert not left, f"namespaces left after the trial: {left}"
+
+
+@pytest.mark.timeout(120)
+def test_node_loss_across_two_hosts_with_their_own_clocks(run_scenario, host: ProcessHost) -> None:
+    """Two hosts whose monotonic clocks are 1000 s and 2000 s ahead of the harness's: a
+    wrong alignment would make ttd_s about +-1000 s; the stated uncertainty must cover
+    the true offsets, which the time namespaces make known exactly."""
+    _need_time_namespaces()
+    report = run_scenario(TWO_HOSTS)
+    _no_namespaces_left(host)
+    (row,) = rows(report)
+    assert row["outcome"] == "recovered", row["error"]
+    # A detection cannot precede the injection, and this one comes within the trial.
+    assert 0 < float(row["ttd_s"]) < 60
+    assert 0 <= float(row["ttd_err_s"]) < 0.05, "a round trip on one machine does not take 100 ms"
+    clocks = report.rundir.read_run_json()["host_clocks"]
+    (per_trial,) = clocks.values()
+    for h, c in per_trial["0"].items():
+        truth = -c["monotonic_shift_ns"]
+        assert abs(c["offset_ns"] - truth) <= c["err_ns"], (h, c)
+        assert c["end"] is not None, f"{h} measured no end offset"
+    errs = [int(c["err_ns"]) for c in per_trial["0"].values()]
+    # The hosts wrote the figures' stamps; the cross-host bound is the two hosts' sum.
+    assert float(row["clock_err_s"]) * 1e9 == pytest.approx(sum(errs), abs=2)
+    events = [e for e in read_events(next(report.rundir.path.glob("events/*/0"))) if e["event"] == "inject"]
+    assert [e.get("host") for e in events] == ["h1"], "the kill is carried out by host h1's agent"

@@ -39,6 +39,7 @@ STRATEGIES.register(
         own_design=True,
         start_method="forkserver",  # replacements are warm spares: forked, not imported
         namespaces=True,
+        agents=True,
         phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end")),
         summary="ftbench's design: survivors abort through the store, re-form a smaller group, train on",
     )
