@@ -8,12 +8,16 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from bench.procs.clock import Offset, Responder
+from bench.procs.hygiene import alive, marked
 from bench.procs.launcher import ProcessHost
 from bench.procs.store import bound_store
 from bench.results.events import read_events
@@ -128,3 +132,90 @@ def test_node_loss_across_two_hosts_with_their_own_clocks(run_scenario, host: Pr
     assert float(row["clock_err_s"]) * 1e9 == pytest.approx(sum(errs), abs=2)
     events = [e for e in read_events(next(report.rundir.path.glob("events/*/0"))) if e["event"] == "inject"]
     assert [e.get("host") for e in events] == ["h1"], "the kill is carried out by host h1's agent"
+
+
+STALLED = TWO_HOSTS.replace("steps = 40", "steps = 100000").replace(
+    'kind = "kill"\ntarget = { host = 1 }\ntrigger = { at_step = 10, jitter = "step" }',
+    'kind = "stall"\nduration_s = 30\ntarget = { host = 1 }\ntrigger = { at_step = 10 }',
+)
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    return {line.split()[0] for line in out.splitlines() if line.startswith("ftb")}
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_the_harness_leaves_no_agent_rank_or_namespace(tmp_path: Path, write_scenario) -> None:
+    """SIGKILL the harness while host h1's agent holds its ranks stopped: the guard must
+    sweep the agents, their forkservers and ranks (time namespaces die with their last
+    process) and the undo record must remove the hosts' network namespaces."""
+    _need_time_namespaces()
+    assert "stall" in STALLED
+    before, namespaces_before = set(marked()), _namespaces()
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", str(write_scenario(STALLED)), "--out", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            agent_log = list(tmp_path.rglob("agent-h1.jsonl"))
+            if agent_log and '"inject"' in agent_log[0].read_text():
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("host h1's agent did not carry out the stall in time")
+        run_pids = {p for p in marked() if p not in before}
+        assert len(run_pids) >= 8, "expected guard, store, two agents and four ranks"
+        assert _namespaces() - namespaces_before, "the hosts' namespaces should exist while the harness dies"
+        os.kill(harness.pid, signal.SIGKILL)
+        harness.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (any(alive(p) for p in run_pids) or _namespaces() - namespaces_before):
+            time.sleep(0.2)
+        assert not [p for p in run_pids if alive(p)], "processes outlived the harness"
+        assert not _namespaces() - namespaces_before, "namespaces outlived the harness"
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_a_host_agent_ends_its_host_and_leaves_nothing(run_scenario, host: ProcessHost, tmp_path) -> None:
+    """A host agent SIGKILLed mid-training takes its host's ranks with it (they die with
+    their forkserver, which dies with the agent); the harness notices the lost host, the
+    trial ends without reaching its deadline, and nothing of it is left."""
+    import threading
+
+    _need_time_namespaces()
+    text = TWO_HOSTS.split("[[faults]]")[0].replace("steps = 40", "steps = 400") + "[measure]\ntrials = 1\n"
+    text += "deadline_s = 90\nreference = false\n"
+    box: dict[str, object] = {}
+
+    def go() -> None:
+        try:
+            box["report"] = run_scenario(text)
+        except BaseException as err:
+            box["error"] = err
+
+    runner = threading.Thread(target=go, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    agent_pid = 0
+    while time.monotonic() < deadline and not agent_pid:
+        for path in tmp_path.rglob("agent-h1.jsonl"):
+            ranks = list(path.parent.glob("rank0-*.jsonl"))
+            if ranks and '"step_end"' in ranks[0].read_text():
+                agent_pid = json.loads(path.read_text().splitlines()[0])["pid"]
+        time.sleep(0.1)
+    assert agent_pid, "the trial did not start training in time"
+    os.kill(agent_pid, signal.SIGKILL)
+    runner.join(100)
+    assert not runner.is_alive(), "the trial did not end after losing a host agent"
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    _no_namespaces_left(host)
+    (row,) = rows(box["report"])  # type: ignore[arg-type]
+    assert row["outcome"] != "hung"
