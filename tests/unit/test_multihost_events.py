@@ -90,3 +90,21 @@ def test_one_host_trials_have_no_error_columns(tmp_path: Path, monkeypatch) -> N
     )
     assert row.figures["ttd_s"] == 0.012
     assert row.clock_err == {} and "ttd_err_s" not in row.row()
+
+
+def test_report_shows_each_hosts_offset_and_the_worst_cross_host_uncertainty(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from bench.report.tables import host_clocks
+    from bench.results.reader import Run
+
+    per = {h: dict(c, samples=64) for h, c in CLOCKS.items()}
+    info = {"host_clocks": {"p" * 64: {"0": per, "1": per}}}
+    trials = pd.DataFrame({"point_hash": ["p" * 64] * 2, "ttd_err_s": [0.0, 8e-5], "clock_err_s": [8e-5, 8e-5]})
+    table = host_clocks([Run(path=tmp_path / "s" / "r", info=info, trials=trials)])
+    assert table is not None
+    assert list(table["host"]) == ["h0", "h1"]
+    assert list(table["offset_s"]) == ["-1000.000000", "-2000.000000"]
+    assert list(table["uncertainty_us (max)"]) == ["30.0", "50.0"]
+    assert set(table["ttd_err_ms (max)"]) == {"0.080"}
+    assert host_clocks([Run(path=tmp_path / "s" / "r", info={}, trials=trials)]) is None
