@@ -536,14 +536,15 @@ def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, toleranc
     help="The trial's events directory (shared between the hosts).",
 )
 @click.option("--deadline-s", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option("--hostname", default="", help="Set this host's name first (a host that is a UTS namespace).")
 @_errors
-def host_agent(controller: str, name: str, events_dir: Path, deadline_s: float) -> None:
+def host_agent(controller: str, name: str, events_dir: Path, deadline_s: float, hostname: str) -> None:
     """Run this host's part of a multi-host trial (started on every host by the harness,
     srun or ssh; docs/multihost.md): register, align clocks, start and supervise this
     host's ranks, carry out the faults aimed at them."""
     from bench.procs.agent import main as agent_main
 
-    sys.exit(agent_main(controller, name, events_dir, deadline_s))
+    sys.exit(agent_main(controller, name, events_dir, deadline_s, hostname))
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ import datetime
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +42,23 @@ from bench.procs.hygiene import kill_all, redirect_output, set_pdeathsig
 from bench.procs.launcher import LocalLauncher, RankProcess, rank_context
 from bench.results.events import HOST_ENV, EventWriter
 
+ELASTIC_ARGS = frozenset(
+    f"--{name}"
+    for name in (
+        "nnodes",
+        "nproc-per-node",
+        "max-restarts",
+        "monitor-interval",
+        "rdzv-backend",
+        "rdzv-endpoint",
+        "rdzv-id",
+        "rdzv-conf",
+    )
+)
+"""The elastic agent arguments a harness may pass to a host agent (nothing that names a
+program: the worker command is the rank entry, always)."""
+ELASTIC_ENV = frozenset({"OMP_NUM_THREADS", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})
+"""The environment a harness may set for an elastic agent (the strategy's ``agent_env``)."""
 TICK_S = 0.005
 """How often the agent looks for commands while it has ranks: it bounds the lag of a
 fault the harness delivers (not any figure: the agent stamps when it acts)."""
@@ -96,6 +115,8 @@ class Agent:
         """A rank finished training somewhere: exits are no longer detections."""
         self.firings: list[_Firing] = []
         self.stopping = False
+        self.elastic: subprocess.Popen[bytes] | None = None
+        """The host's elastic agent (torchrun), for strategies that run one per host."""
 
     def measure(self, phase: str) -> None:
         pinger = StorePinger(self.store, f"clock/{self.host}/{phase}")
@@ -151,6 +172,31 @@ class Agent:
         detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
         self.events.emit("arm" if kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
 
+    def do_elastic(self, cmd: dict[str, Any]) -> None:
+        """Start this host's elastic agent (torchrun --nnodes N): the strategy's own
+        instrumented launcher module, arguments from an allow-list, the rank entry as the
+        worker command, the worker spec validated like any spec file."""
+        from bench.rank.entry import spec_from_json, spec_to_json
+        from bench.strategies import STRATEGIES
+
+        strategy = STRATEGIES[cmd["strategy"]]
+        module = getattr(strategy.load(), "agent_module", None)
+        if not strategy.agents or not module:
+            raise ValueError(f"strategy {strategy.name} runs no elastic agent under host agents")
+        args = [str(a) for a in cmd["args"]]
+        bad = [a for a in args if a.split("=", 1)[0] not in ELASTIC_ARGS]
+        env = {str(k): str(v) for k, v in cmd.get("env", {}).items()}
+        bad += [k for k in env if k not in ELASTIC_ENV]
+        if bad:
+            raise ValueError(f"elastic agent arguments or environment not allowed: {bad}")
+        spec = spec_from_json(json.dumps(cmd["spec"]), file=f"store:{key(self.host, 'cmd')}")
+        path = self.events_dir / f"spec-{self.host}.json"
+        path.write_text(spec_to_json(spec))
+        argv = [sys.executable, "-m", module, str(self.events_dir), "--", *args, "-m", "bench.rank.entry", str(path)]
+        log = open(self.events_dir / f"torchrun-{self.host}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        with log:
+            self.elastic = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+
     def do_ending(self, cmd: dict[str, Any]) -> None:
         self.ending = True
 
@@ -160,6 +206,11 @@ class Agent:
     def reap(self) -> None:
         from bench.rank.entry import EXIT_LEFT, EXIT_OK
 
+        if self.elastic is not None and self.elastic.poll() is not None:
+            code = self.elastic.returncode
+            self.events.emit("proc_exit", of="elastic_agent", exitcode=code)
+            self.store.set(key(self.host, "elastic_exit"), str(code))
+            self.elastic = None
         if self.launcher is None or not self.launcher.running():
             time.sleep(TICK_S)
             return
@@ -196,13 +247,18 @@ class Agent:
         self.undo_due(everything=True)
         if self.launcher is not None:
             self.launcher.close()
+        if self.elastic is not None:  # its workers outlive it; the run's sweep takes them
+            self.elastic.kill()
+            self.elastic.wait(timeout=10)
 
 
-def main(controller: str, host: str, events_dir: Path, deadline_s: float) -> int:
+def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostname: str = "") -> int:
     """The agent's life; its exit code (0: stopped by the harness)."""
     import torch.distributed as dist
 
     set_pdeathsig()  # started by the harness itself (one machine): die with it
+    if hostname:  # in a UTS namespace of its own (one machine): the name others reach it by
+        socket.sethostname(hostname)
     events_dir.mkdir(parents=True, exist_ok=True)
     redirect_output(events_dir / f"agent-{host}.log")
     os.environ[HOST_ENV] = host  # every event of this host's processes carries it

@@ -21,12 +21,15 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.procs.agent import command_line, key, send
 from bench.procs.clock import Offset, Responder, combine
 from bench.procs.launcher import LaunchError, LocalLauncher, RankProcess
 from bench.results.events import CLOCKS_FILE
+
+if TYPE_CHECKING:
+    from bench.strategies.base import TrialContext
 
 BYE_S = 20.0
 """How long an agent may take to stop its ranks and measure its clock again."""
@@ -36,6 +39,9 @@ BYE_S = 20.0
 class AgentLauncher(LocalLauncher):
     hosts: tuple[str, ...] = ()
     """The network namespace of each host (``h0``, ``h1``, ... in order)."""
+    addresses: tuple[str, ...] = ()
+    """Each host's address (its name too: an agent sets its host name to it, as servers
+    that advertise the host name, like torchrun's, need a name the other hosts reach)."""
     ranks_per_host: int = 1
     clock_shift_s: float = 1000.0
     deadline_s: float = 60.0
@@ -78,10 +84,13 @@ class AgentLauncher(LocalLauncher):
         from injectors.link import nfqueue
 
         argv = command_line(f"{self.address}:{port}", host, self.events_dir, self.deadline_s + BYE_S)
+        index = self.names().index(host)
+        if self.addresses:
+            argv += ["--hostname", self.addresses[index]]
         env = dict(os.environ, PYTHONPATH=str(nfqueue.PACKAGE_ROOT))
         with open(self.events_dir / f"agent-{host}.spawn.log", "ab") as log:
             return subprocess.Popen(
-                ["unshare", "--time", "--monotonic", str(shift_s), "ip", "netns", "exec", namespace, *argv],
+                ["unshare", "--time", "--monotonic", str(shift_s), "--uts", "ip", "netns", "exec", namespace, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -201,3 +210,27 @@ class AgentLauncher(LocalLauncher):
                 "monotonic_shift_ns": int((i + 1) * self.clock_shift_s * 1e9),
             }
         (self.events_dir / CLOCKS_FILE).write_text(json.dumps(clocks, indent=1))
+
+
+def for_trial(ctx: TrialContext, *, start_method: str, supervised: bool) -> AgentLauncher:
+    """The agent launcher of a trial with ``launch.agents``: one host per namespace of the
+    trial's topology, the store with the harness."""
+    from injectors.link.netns import Topology
+
+    assert isinstance(ctx.network, Topology), "launch.agents runs every host in a namespace of a topology"
+    launch = ctx.scenario.launch
+    hosts = ctx.scenario.workload.world_size // launch.ranks_per_host
+    return AgentLauncher(
+        host=ctx.host,
+        start_method=start_method,
+        namespace=ctx.store_namespace,
+        address=ctx.store_host,
+        trial_dir=ctx.trial_dir,
+        events_dir=ctx.events_dir,
+        hosts=tuple(ctx.network.namespace_for(i) for i in range(hosts)),
+        addresses=tuple(ctx.network.hosts[i].address for i in range(hosts)),
+        ranks_per_host=launch.ranks_per_host,
+        clock_shift_s=launch.clock_shift_s,
+        deadline_s=ctx.deadline_s,
+        supervised=supervised,
+    )

@@ -34,6 +34,9 @@ class TrialState:
     components: dict[str, int] = field(default_factory=dict)
     """Control-plane component (store, lighthouse, agent) -> pid."""
     exited: set[int] = field(default_factory=set)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Launch rank -> host (``hN``) where host agents run it: torchrun's rendezvous, not
+    the launch order, decides which host a rank lands on."""
     max_step: int = 0
     first_step_t: int | None = None
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
@@ -43,6 +46,8 @@ class TrialState:
         kind, src = e["event"], e.get("src")
         if kind == "proc_start" and src == "rank":
             self.pids[int(e["rank"])] = int(e["pid"])
+            if "host" in e:
+                self.hosts[int(e["rank"])] = str(e["host"])
         elif kind == "proc_start" and src in COMPONENTS:
             self.components[str(src)] = int(e["pid"])
         elif kind == "proc_exit" and src == "rank":
@@ -163,6 +168,8 @@ class ScheduledFault:
         live = state.live_ranks()
         if t.ranks:
             ranks = list(t.ranks)
+        elif t.host is not None and state.hosts:
+            ranks = sorted(r for r in live if state.hosts.get(r) == f"h{t.host}")
         elif t.host is not None:
             ranks = list(range(t.host * self.ranks_per_host, (t.host + 1) * self.ranks_per_host))
         elif t.one:
@@ -212,7 +219,7 @@ class ScheduledFault:
         assert self.deliver is not None
         by_host: dict[str, list[int]] = {}
         for r in common["ranks"]:
-            by_host.setdefault(f"h{r // self.ranks_per_host}", []).append(r)
+            by_host.setdefault(state.hosts.get(r, f"h{r // self.ranks_per_host}"), []).append(r)
         for host, ranks in sorted(by_host.items()):
             pids = state.live_pids(ranks)
             if pids:

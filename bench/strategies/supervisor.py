@@ -58,20 +58,12 @@ class SupervisedJob(Job):
             trial_dir=ctx.trial_dir,
             events_dir=ctx.events_dir,
         )
-        launch = ctx.scenario.launch
-        if not launch.agents:
+        if not ctx.scenario.launch.agents:
             return LocalLauncher(**where)
-        from bench.procs.agents import AgentLauncher
+        from bench.procs.agents import for_trial
 
-        assert ctx.network is not None, "launch.agents runs every host in a namespace"
-        hosts = ctx.scenario.workload.world_size // launch.ranks_per_host
-        return AgentLauncher(
-            **where,
-            hosts=tuple(ctx.network.namespace_for(i) for i in range(hosts)),
-            ranks_per_host=launch.ranks_per_host,
-            clock_shift_s=launch.clock_shift_s,
-            deadline_s=ctx.deadline_s,
-            supervised=STRATEGIES[ctx.scenario.recovery.strategy].supervised,
+        return for_trial(
+            ctx, start_method=where["start_method"], supervised=STRATEGIES[ctx.scenario.recovery.strategy].supervised
         )
 
     def clocks(self) -> dict[str, dict[str, int]]:

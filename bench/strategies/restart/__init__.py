@@ -56,6 +56,7 @@ STRATEGIES.register(
         rank_policy="bench.strategies.restart.policy:Restart",
         stack="torchrun's elastic agent; plain torch.distributed in the workers",
         components=("agent",),
+        agents=True,
         unbound_servers=("torchrun's c10d rendezvous store", "the store torchrun's agent hosts for its workers"),
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed worker
