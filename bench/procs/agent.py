@@ -59,6 +59,8 @@ ELASTIC_ARGS = frozenset(
 program: the worker command is the rank entry, always)."""
 ELASTIC_ENV = frozenset({"OMP_NUM_THREADS", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})
 """The environment a harness may set for an elastic agent (the strategy's ``agent_env``)."""
+OPS = frozenset({"start", "fault", "elastic", "ending", "stop"})
+"""What the harness may ask of an agent."""
 TICK_S = 0.005
 """How often the agent looks for commands while it has ranks: it bounds the lag of a
 fault the harness delivers (not any figure: the agent stamps when it acts)."""
@@ -136,7 +138,10 @@ class Agent:
         while self.done < total:
             command = json.loads(self.store.get(key(self.host, f"cmd/{self.done}")))
             self.done += 1
-            getattr(self, f"do_{command['op']}")(command)
+            op = str(command.get("op"))
+            if op not in OPS:
+                raise ValueError(f"unknown command {op!r} from the harness")
+            getattr(self, f"do_{op}")(command)
 
     def do_start(self, cmd: dict[str, Any]) -> None:
         from bench.rank.entry import main as rank_main
