@@ -141,7 +141,7 @@ ONE_RANK_EACH = TWO_HOSTS.replace("world_size = 4", "world_size = 2").replace(
 
 STALLED = ONE_RANK_EACH.replace("steps = 40", "steps = 100000").replace(
     'kind = "kill"\ntarget = { host = 1 }\ntrigger = { at_step = 10, jitter = "step" }',
-    'kind = "stall"\nduration_s = 30\ntarget = { host = 1 }\ntrigger = { at_step = 10 }',
+    'kind = "stall"\nduration_s = 30\ntarget = { host = 1 }\ntrigger = { at_step = 2 }',
 )
 
 
@@ -159,7 +159,7 @@ def test_killed_harness_leaves_no_agent_rank_or_namespace(tmp_path: Path, write_
     network namespaces; after Ctrl-C the harness does it itself."""
     _need_time_namespaces()
     assert "stall" in STALLED
-    before, namespaces_before = set(marked()), _namespaces()
+    before = set(marked())
     harness = subprocess.Popen(
         [sys.executable, "-m", "bench", "run", str(write_scenario(STALLED)), "--out", str(tmp_path)],
         stdout=subprocess.DEVNULL,
@@ -176,14 +176,21 @@ def test_killed_harness_leaves_no_agent_rank_or_namespace(tmp_path: Path, write_
             pytest.fail("host h1's agent did not carry out the stall in time")
         run_pids = {p for p in marked() if p not in before}
         assert len(run_pids) >= 6, "expected guard, store, two agents and two ranks"
-        assert _namespaces() - namespaces_before, "the hosts' namespaces should exist while the harness dies"
+        # This run's namespaces: those of the topology host h1's agent lives in (other
+        # runs on this machine may make and remove namespaces of their own meanwhile).
+        agent_pid = json.loads(agent_log[0].read_text().splitlines()[0])["pid"]
+        where = subprocess.run(["ip", "netns", "identify", str(agent_pid)], capture_output=True, text=True, timeout=30)
+        prefix = where.stdout.strip().rsplit("-", 1)[0] + "-"
+        assert prefix.startswith("ftb-"), f"host h1's agent is in no ftbench namespace: {where.stdout!r}"
+        ours = lambda: {n for n in _namespaces() if n.startswith(prefix)}
+        assert ours(), "the hosts' namespaces should exist while the harness dies"
         os.kill(harness.pid, sig)
         harness.wait(timeout=60)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (any(alive(p) for p in run_pids) or _namespaces() - namespaces_before):
+        while time.monotonic() < deadline and (any(alive(p) for p in run_pids) or ours()):
             time.sleep(0.2)
         assert not [p for p in run_pids if alive(p)], "processes outlived the harness"
-        assert not _namespaces() - namespaces_before, "namespaces outlived the harness"
+        assert not ours(), f"namespaces outlived the harness: {ours()}"
     finally:
         if harness.poll() is None:
             harness.kill()
