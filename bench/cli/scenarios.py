@@ -1,4 +1,4 @@
-"""Commands about scenarios and running them: list, show, validate, run, cleanup."""
+"""Commands about scenarios and running them: list, show, validate, run, cleanup, host."""
 
 from __future__ import annotations
 
@@ -199,3 +199,24 @@ def _latest_run(out: Path, name: str, rundir: RunDir | None) -> Path:
         return rundir.path
     runs = sorted((out / name).glob("*/run.json"), key=lambda p: p.stat().st_mtime)
     return runs[-1].parent if runs else out / name
+
+
+@cli.command("host")
+@click.option("--controller", required=True, metavar="ADDR:PORT", help="The trial's c10d store (the harness).")
+@click.option("--host", "name", required=True, metavar="hN", help="This host's name in the trial (h0, h1, ...).")
+@click.option(
+    "--events-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The trial's events directory (shared between the hosts).",
+)
+@click.option("--deadline-s", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option("--hostname", default="", help="Set this host's name first (a host that is a UTS namespace).")
+@errors
+def host_agent(controller: str, name: str, events_dir: Path, deadline_s: float, hostname: str) -> None:
+    """Run this host's part of a multi-host trial (started on every host by the harness,
+    srun or ssh; docs/multihost.md): register, align clocks, start and supervise this
+    host's ranks, carry out the faults aimed at them."""
+    from bench.procs.agent import main as agent_main
+
+    sys.exit(agent_main(controller, name, events_dir, deadline_s, hostname))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.procs.hygiene import MARKER, redirect_output, set_pdeathsig, sweep
 from bench.results.events import EventWriter
@@ -54,16 +54,7 @@ class ProcessHost:
 
     def context(self, start_method: str) -> ForkServerContext | SpawnContext:
         """The multiprocessing context for ranks (the forkserver starts on first use)."""
-        ctx = self._contexts.get(start_method)
-        if ctx is None:
-            if start_method == "forkserver":
-                ctx = multiprocessing.get_context("forkserver")
-                ctx.set_forkserver_preload(["bench.procs.zygote"])
-                multiprocessing.forkserver.ensure_running()
-            else:
-                ctx = multiprocessing.get_context("spawn")
-            self._contexts[start_method] = ctx
-        return ctx
+        return rank_context(start_method, self._contexts)
 
     def infrastructure(self) -> set[int]:
         """Pids that outlive trials: the guard and the forkserver."""
@@ -93,6 +84,32 @@ class ProcessHost:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RankHost(Protocol):
+    """What a :class:`LocalLauncher` needs of the process that owns it: the harness's
+    :class:`ProcessHost`, or a host agent (:mod:`bench.procs.agent`) on another host."""
+
+    def context(self, start_method: str) -> ForkServerContext | SpawnContext: ...
+
+    def sweep_trial(self) -> list[int]: ...
+
+
+def rank_context(
+    start_method: str, cache: dict[str, ForkServerContext | SpawnContext]
+) -> ForkServerContext | SpawnContext:
+    """The multiprocessing context ranks are started from, made once per process: the
+    forkserver (which imported torch already) or spawn."""
+    ctx = cache.get(start_method)
+    if ctx is None:
+        if start_method == "forkserver":
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["bench.procs.zygote"])
+            multiprocessing.forkserver.ensure_running()
+        else:
+            ctx = multiprocessing.get_context("spawn")
+        cache[start_method] = ctx
+    return ctx
 
 
 def store_main(port_file: str, events_dir: str, namespace: str, address: str) -> None:
@@ -128,15 +145,18 @@ def publish(path: str, text: str) -> None:
 @dataclass
 class RankProcess:
     rank: int
-    process: BaseProcess
+    process: BaseProcess | None
+    """None for a rank on another host (started by its host agent)."""
     exitcode: int | None = None
+    recorded: bool = False
+    """Its exit was already recorded, stamped on its own host's clock (by a host agent)."""
 
 
 @dataclass
 class LocalLauncher:
     """One trial's store and rank processes on this host."""
 
-    host: ProcessHost
+    host: RankHost
     start_method: str
     trial_dir: Path
     events_dir: Path
@@ -211,19 +231,20 @@ class LocalLauncher:
         live = self.running()
         if not live:
             return []
-        ready = multiprocessing.connection.wait([r.process.sentinel for r in live], timeout=timeout_s)
+        procs = [(r, r.process) for r in live if r.process is not None]
+        ready = multiprocessing.connection.wait([p.sentinel for _, p in procs], timeout=timeout_s)
         exited = []
-        for r in live:
-            if r.process.sentinel in ready:
-                r.process.join()
-                r.exitcode = r.process.exitcode
+        for r, p in procs:
+            if p.sentinel in ready:
+                p.join()
+                r.exitcode = p.exitcode
                 exited.append(r)
         return exited
 
     def close(self) -> None:
         """Kill everything of the trial and reap it."""
         self.host.sweep_trial()
-        for proc in [r.process for r in self.ranks] + ([self.store_process] if self.store_process else []):
+        for proc in [r.process for r in self.ranks if r.process] + ([self.store_process] if self.store_process else []):
             proc.join(timeout=10)
             if proc.exitcode is None:
                 proc.kill()

@@ -85,6 +85,17 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     )
     rep.add("h2", "Summary")
     rep.add("table", table=tables.summary(series))
+    clocks = tables.host_clocks(runs)
+    if clocks is not None:
+        rep.add("h2", "Clocks across hosts")
+        rep.add(
+            "p",
+            "Each host's CLOCK_MONOTONIC mapped onto the harness's (offset and its uncertainty, from "
+            "min-RTT round trips at the start and end of each trial). A figure that subtracts stamps "
+            "of two hosts is uncertain by up to the sum of their uncertainties (`ttd_err_s`, "
+            "`clock_err_s` in trials.csv); one host's differences keep nanoseconds.",
+        )
+        rep.add("table", table=clocks)
     _calibration(rep, runs)
     _projection(rep, runs)
     _distributions(rep, series, plot_dir)

@@ -203,3 +203,34 @@ def calibration(cal: dict[str, Any]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def host_clocks(runs: list[Run]) -> pd.DataFrame | None:
+    """Multi-host runs: per run, point and host, the clock offset to the harness's and
+    its uncertainty (the largest over the trials), and the largest clock uncertainty the
+    point's cross-host figures carry (``ttd_err_s``, ``clock_err_s`` of trials.csv); None
+    when no run had hosts with clocks of their own (docs/multihost.md)."""
+    rows: list[dict[str, object]] = []
+    for run in runs:
+        for point, trials in (run.info.get("host_clocks") or {}).items():
+            hosts = sorted({h for per in trials.values() for h in per})
+            of_point = run.trials[run.trials["point_hash"] == point] if "point_hash" in run.trials else run.trials
+            worst = {
+                col: float(pd.to_numeric(of_point[col], errors="coerce").max()) * 1e3 if col in of_point else math.nan
+                for col in ("ttd_err_s", "clock_err_s")
+            }
+            for h in hosts:
+                offsets = [int(per[h]["offset_ns"]) for per in trials.values() if h in per]
+                errs = [int(per[h]["err_ns"]) for per in trials.values() if h in per]
+                rows.append(
+                    {
+                        "run": run.tag,
+                        "point": point[:12],
+                        "host": h,
+                        "offset_s": f"{offsets[-1] / 1e9:.6f}",
+                        "uncertainty_us (max)": f"{max(errs) / 1e3:.1f}",
+                        "ttd_err_ms (max)": f"{worst['ttd_err_s']:.3f}",
+                        "clock_err_ms (max)": f"{worst['clock_err_s']:.3f}",
+                    }
+                )
+    return pd.DataFrame(rows) if rows else None

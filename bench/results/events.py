@@ -25,6 +25,15 @@ Event = dict[str, Any]
 
 CLOCK = "CLOCK_MONOTONIC via time.monotonic_ns(); shared by every process of one host"
 
+HOST_ENV = "FTBENCH_HOST"
+"""Set by a host agent (:mod:`bench.procs.agent`) for itself and its ranks: every event
+they write carries ``host``, so its stamps can be mapped onto the controller's clock."""
+CLOCKS_FILE = "clocks.json"
+"""In a trial's events directory: each agent host's offset to the harness's clock and its
+uncertainty (:mod:`bench.procs.clock`); absent on one host."""
+STAMPS = ("t", "t_sent")
+"""Fields that are CLOCK_MONOTONIC stamps (mapped between hosts); the rest are durations."""
+
 
 _encode = json.JSONEncoder(default=str, separators=(", ", ": ")).encode
 """One encoder for every event (``json.dumps`` with ``default=`` builds a new one per
@@ -38,7 +47,8 @@ class EventWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.base = base
+        host = os.environ.get(HOST_ENV)
+        self.base = ({"host": host} if host else {}) | base
 
     def emit(self, event: str, *, t: int | None = None, **fields: Any) -> int:
         """Write one event and return its ``t`` (now, unless stamped earlier by the caller:
@@ -68,6 +78,8 @@ class EventTail:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        self.clocks: dict[str, dict[str, Any]] = {}
+        """Offsets of agent hosts known so far (:func:`to_controller`); set by the trial."""
         self._files: dict[str, int] = {}
         """File name -> open descriptor, in name order."""
         self._partial: dict[str, bytes] = {}
@@ -87,7 +99,7 @@ class EventTail:
             if lines[-1]:
                 self._partial[name] = lines[-1]
             events.extend(json.loads(line) for line in lines[:-1] if line.strip())
-        return events
+        return to_controller(events, self.clocks) if self.clocks else events
 
     def _relist(self) -> None:
         try:
@@ -124,7 +136,40 @@ def read_events(directory: str | Path) -> list[Event]:
     events: list[Event] = []
     for path in sorted(Path(directory).glob("*.jsonl")):
         events.extend(_lines(path))
+    events = to_controller(events, read_clocks(directory))
     events.sort(key=lambda e: e["t"])
+    return events
+
+
+def read_clocks(directory: str | Path) -> dict[str, dict[str, Any]]:
+    """``host -> {offset_ns, err_ns, start, end, ...}`` of a trial's agent hosts, as the
+    harness wrote them (:mod:`bench.procs.agents`); {} on one host."""
+    path = Path(directory) / CLOCKS_FILE
+    if not path.exists():
+        return {}
+    raw = json.loads(path.read_text())
+    return {str(h): dict(c) for h, c in raw.items() if isinstance(c, dict)}
+
+
+def to_controller(events: list[Event], clocks: dict[str, dict[str, Any]]) -> list[Event]:
+    """Stamps of agent hosts mapped onto the harness's clock, in place.
+
+    An integer offset is added, so differences of two stamps of one host keep their
+    nanosecond resolution; each mapped event carries ``t_err`` (ns), the uncertainty its
+    host's offset adds to any figure that subtracts it from another host's stamp
+    (:mod:`bench.results.window`). The original stamp stays as ``t_host``.
+    """
+    if not clocks:
+        return events
+    for e in events:
+        clock = clocks.get(str(e.get("host", "")))
+        if clock is None or "t_host" in e:
+            continue
+        e["t_host"] = e["t"]
+        for name in STAMPS:
+            if isinstance(e.get(name), int):
+                e[name] += int(clock["offset_ns"])
+        e["t_err"] = int(clock["err_ns"])
     return events
 
 

@@ -76,6 +76,9 @@ class FaultFigures:
     straggler's delay), NaN for a fault without an end."""
     tolerance_s: float = NAN
     """The stack's smallest detection timeout in the trial (false alarms are judged by it)."""
+    clock_err: dict[str, float] = field(default_factory=dict)
+    """Multi-host trials only: ``*_err_s``, the clock-alignment uncertainty of figures
+    that subtract stamps of two hosts (:func:`bench.results.window.clock_errors`)."""
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
@@ -93,6 +96,7 @@ class FaultFigures:
             "detect_site": self.detect_site,
             "hold_s": self.hold_s,
             "tolerance_s": self.tolerance_s,
+            **self.clock_err,
         }
 
 

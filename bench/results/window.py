@@ -86,6 +86,7 @@ class FaultWindow:
             detect_site=str(first_rank.get("site", "")),
             hold_s=_or_nan(hold_s(inj)),
             tolerance_s=_or_nan(tolerance_s(self.trial.events)),
+            clock_err=clock_errors(inj, first, first_rank, self.window),
         )
 
     def _attribution(self) -> None:
@@ -246,3 +247,35 @@ def _mechanism(inj: Event) -> str:
     if inj.get("src") == "rank":
         return "rank-side hook"
     return f"signal {inj['signal']}" if inj.get("signal") else ""
+
+
+def clock_errors(inj: Event, first: Event, first_rank: Event, window: Sequence[Event]) -> dict[str, float]:
+    """The clock-alignment uncertainty (s) of this fault's figures, in trials whose hosts
+    have clocks of their own (events mapped by :func:`bench.results.events.to_controller`
+    carry ``t_err``); {} otherwise, so one host's trials.csv is unchanged.
+
+    A difference of two stamps of one host is exact (0); of two hosts, the sum of their
+    offsets' uncertainties (the harness's own clock has none). ``ttd_err_s`` and
+    ``ttd_rank_err_s`` are those of the stamps the two figures subtract; ``clock_err_s``
+    bounds every other figure of the fault: the two largest uncertainties among the
+    hosts that wrote events in its window.
+    """
+    if not any("t_err" in e for e in window) and "t_err" not in inj:
+        return {}
+
+    def pair(a: Event, b: Event) -> float:
+        if not a or not b:
+            return NAN
+        if a.get("host", "") == b.get("host", ""):
+            return 0.0
+        return (int(a.get("t_err", 0)) + int(b.get("t_err", 0))) / 1e9
+
+    hosts: dict[str, int] = {str(inj.get("host", "")): int(inj.get("t_err", 0))}
+    for e in window:
+        hosts[str(e.get("host", ""))] = int(e.get("t_err", 0))
+    top = sorted(hosts.values(), reverse=True)[:2]
+    return {
+        "ttd_err_s": pair(inj, first),
+        "ttd_rank_err_s": pair(inj, first_rank),
+        "clock_err_s": sum(top) / 1e9 if len(top) == 2 else 0.0,
+    }

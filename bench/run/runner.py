@@ -149,6 +149,9 @@ class Session:
             if result.outcome == "interrupted":
                 raise KeyboardInterrupt
             self.info.setdefault("strategy_versions", {}).setdefault(point.scenario.recovery.strategy, result.versions)
+            if result.clocks:  # per host: offset to the harness's clock and its uncertainty
+                self.info.setdefault("host_clocks", {}).setdefault(point.point_hash, {})[str(trial)] = result.clocks
+                self.rundir.write_run_json(self.info)
 
     def _in_environment(self, point: Point, spec: str) -> None:
         """Run ``point`` in a child harness in the environment of ``spec``; its rows go to

@@ -16,6 +16,7 @@ import random
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,9 @@ class TrialState:
     components: dict[str, int] = field(default_factory=dict)
     """Control-plane component (store, lighthouse, agent) -> pid."""
     exited: set[int] = field(default_factory=set)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Launch rank -> host (``hN``) where host agents run it: torchrun's rendezvous, not
+    the launch order, decides which host a rank lands on."""
     max_step: int = 0
     first_step_t: int | None = None
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
@@ -42,6 +46,8 @@ class TrialState:
         kind, src = e["event"], e.get("src")
         if kind == "proc_start" and src == "rank":
             self.pids[int(e["rank"])] = int(e["pid"])
+            if "host" in e:
+                self.hosts[int(e["rank"])] = str(e["host"])
         elif kind == "proc_start" and src in COMPONENTS:
             self.components[str(src)] = int(e["pid"])
         elif kind == "proc_exit" and src == "rank":
@@ -90,6 +96,8 @@ class ScheduledFault:
         self.ranks_per_host = ranks_per_host
         self.namespaces = namespaces or {}
         self.fired = 0
+        self.deliver: Callable[[str, dict[str, Any]], None] | None = None
+        """Set when host agents carry out the faults aimed at their hosts' ranks."""
         self.firings: list[Firing] = []
         self._last_step_seen = 0
         self._fire_at: int | None = None
@@ -160,6 +168,8 @@ class ScheduledFault:
         live = state.live_ranks()
         if t.ranks:
             ranks = list(t.ranks)
+        elif t.host is not None and state.hosts:
+            ranks = sorted(r for r in live if state.hosts.get(r) == f"h{t.host}")
         elif t.host is not None:
             ranks = list(range(t.host * self.ranks_per_host, (t.host + 1) * self.ranks_per_host))
         elif t.one:
@@ -185,6 +195,9 @@ class ScheduledFault:
         if not pids:
             harness.emit("inject_skipped", reason="no live process to hit", **common)
             return
+        if self.deliver is not None and component is None:
+            self._deliver(state, harness, common)
+            return
         injector = self.kind.injector(self.spec, self.index)
         target = Target(
             ranks=ranks, pids=pids, namespaces=sorted({self.namespaces[r] for r in ranks if r in self.namespaces})
@@ -198,6 +211,25 @@ class ScheduledFault:
         )
         detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
         harness.emit("arm" if self.kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
+
+    def _deliver(self, state: TrialState, harness: EventWriter, common: dict[str, Any]) -> None:
+        """Hand the firing to the agents of the targets' hosts: each carries it out on its
+        host's ranks, stamps ``inject`` (or ``arm``) on its own clock and undoes it when
+        due. A fault spanning hosts is one injection per host."""
+        assert self.deliver is not None
+        by_host: dict[str, list[int]] = {}
+        for r in common["ranks"]:
+            by_host.setdefault(state.hosts.get(r, f"h{r // self.ranks_per_host}"), []).append(r)
+        for host, ranks in sorted(by_host.items()):
+            pids = state.live_pids(ranks)
+            if pids:
+                body = common | {"ranks": ranks, "pids": pids}
+                self.deliver(
+                    host,
+                    {"op": "fault", "fault": self.index, "kind": self.spec.kind, "knobs": self.spec.knobs()}
+                    | {"ranks": ranks, "pids": pids, "common": body},
+                )
+        harness.emit("inject_delegated", hosts=sorted(by_host), **common)
 
     def _undo(self, firing: Firing, harness: EventWriter) -> None:
         t = time.monotonic_ns()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.results.derive import fault_figures
-from bench.results.events import Event, EventTail, EventWriter, read_events
+from bench.results.events import Event, EventTail, EventWriter, read_clocks, read_events
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.hangs import StackDumps, tolerance
 from bench.run.schedule import ScheduledFault, TrialState
@@ -45,6 +45,8 @@ class TrialResult:
     outcome: str
     """``ended``, ``hung`` or ``interrupted``: how the driver loop ended."""
     versions: dict[str, Any]
+    clocks: dict[str, dict[str, Any]]
+    """Agent hosts' clock offsets to the harness's and their uncertainty ({} on one host)."""
 
 
 def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> TrialResult:
@@ -72,6 +74,9 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
     tail = EventTail(ctx.events_dir)
     try:
         job.start()
+        tail.clocks = job.clocks()  # agent hosts' stamps, mapped onto ours for the triggers
+        for fault in faults:
+            fault.deliver = job.deliver()
         watchdog = WatchdogLog(ctx.events_dir, harness) if ctx.backend == "nccl" else None
         outcome = _drive(
             job, faults, tail, harness, deadline=start + int(ctx.deadline_s * 1e9), watchdog=watchdog, dumps=dumps
@@ -96,7 +101,7 @@ def _network(ctx: TrialContext) -> TrialNetwork | None:
     from injectors.link import netns, system
 
     s, tag = ctx.scenario, system.tag_for(ctx.host.run_id)
-    if uses_namespaces(s):
+    if uses_namespaces(s) or s.launch.agents:
         return netns.Topology.create(
             tag, s.workload.world_size // s.launch.ranks_per_host, wire_packets=s.launch.wire_packets
         )
@@ -178,6 +183,7 @@ def _result(ctx: TrialContext, job: Job, outcome: str, start: int, reference: Tr
         wall_s=(time.monotonic_ns() - start) / 1e9,
         outcome=outcome,
         versions=job.versions(),
+        clocks=read_clocks(ctx.events_dir),
     )
 
 
@@ -186,8 +192,8 @@ def unavailable(scenario: Scenario) -> str | None:
     stage...), or None. Checked before its trials, so a point is skipped with a reason
     instead of failing each trial."""
     job: type[Job] = STRATEGIES[scenario.recovery.strategy].load()
-    why = job.unavailable(scenario)
-    if why or not uses_namespaces(scenario):
+    why = job.unavailable(scenario) or _agents_unavailable(scenario)
+    if why or not (uses_namespaces(scenario) or scenario.launch.agents):
         return why
     from injectors.link import system
 
@@ -199,4 +205,19 @@ def unavailable(scenario: Scenario) -> str | None:
             why = FAULTS[f.kind].load()(**f.knobs()).unavailable()
             if why:
                 return f"faults.{i} ({f.kind}): {why}"
+    return None
+
+
+def _agents_unavailable(scenario: Scenario) -> str | None:
+    """Why ``launch.agents`` cannot run here, or None (also when it is off)."""
+    if not scenario.launch.agents:
+        return None
+
+    strategy = STRATEGIES[scenario.recovery.strategy]
+    if not strategy.agents:
+        return f"launch.agents: strategy {strategy.name} does not run under host agents yet (docs/multihost.md)"
+    if shutil.which("unshare") is None:
+        return "launch.agents: unshare (util-linux) is not installed; host clocks are time namespaces"
+    if any(FAULTS[f.kind].family == "link" for f in scenario.faults):
+        return "launch.agents: link faults are not carried out by host agents yet (docs/multihost.md)"
     return None

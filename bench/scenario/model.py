@@ -140,6 +140,15 @@ class LaunchSpec:
     ranks_per_host: int = bounded(1, ge=1)
     """Ranks per host: a fault with ``target = { host = k }`` hits all ranks of host k
     at once (node loss), and link faults act on a host's network namespace."""
+    agents: bool = False
+    """Run every host as a separate machine would: a network namespace AND a time
+    namespace of its own, with one ``ftbench host`` agent that starts the host's ranks,
+    carries out the faults aimed at them and stamps on the host's own clock, which the
+    harness maps onto its own (docs/multihost.md). Root only; strategies that declare
+    ``agents``."""
+    clock_shift_s: float = bounded(1000.0, ge=0, le=1e6)
+    """With agents: host i's CLOCK_MONOTONIC runs ``(i + 1) x clock_shift_s`` ahead of the
+    harness's, so that a wrong clock alignment shows as a wrong figure."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -58,6 +58,9 @@ class Strategy(Plugin):
     namespaces: bool = False
     """Its ranks are started by ftbench's launcher, which can place every host in a
     network namespace of its own (link faults need that)."""
+    agents: bool = False
+    """Its trials can run with ``launch.agents``: its ranks run the shared loop under
+    the shared supervisor, which a host agent plays on each host."""
     rank_side_faults: bool = True
     """Its collectives pass through ftbench's rank-side fault hooks."""
     workloads: tuple[str, ...] = ()

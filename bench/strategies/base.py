@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,6 +105,15 @@ class Job(ABC):
     def versions(self) -> dict[str, Any]:
         """Versions of the stack this strategy ran on (beyond torch and the backend)."""
         return {}
+
+    def clocks(self) -> dict[str, dict[str, int]]:
+        """Offsets of host agents' clocks to the harness's, once started ({} on one host)."""
+        return {}
+
+    def deliver(self) -> Callable[[str, dict[str, Any]], None] | None:
+        """Where faults aimed at a host's ranks go when a host agent carries them out
+        (``(host, command)``), or None: the harness injects them itself."""
+        return None
 
 
 def start_method(scenario: Scenario) -> str:

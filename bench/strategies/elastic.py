@@ -19,10 +19,12 @@ ftbench runs the launcher's own ``main`` and its own agent class, and only obser
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +35,9 @@ from bench.rank.entry import spec_to_json
 from bench.results.events import EventWriter
 from bench.strategies.base import Job, rank_spec
 from injectors.link.netns import enter
+
+ELASTIC_PORT = 29400
+"""torchrun's default rendezvous port: free in a trial's fresh host namespaces."""
 
 
 def free_port() -> int:
@@ -112,8 +117,9 @@ class ElasticJob(Job):
     """The agent's (and its workers') console output, in the trial's event directory."""
 
     @abstractmethod
-    def launcher_args(self, nproc: int, rdzv_port: int) -> list[str]:
-        """The launcher's own arguments, before the worker command."""
+    def launcher_args(self, nproc: int, rdzv_port: int, *, nnodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
+        """The launcher's own arguments, before the worker command (``nnodes`` agents
+        rendezvous at ``endpoint:rdzv_port``)."""
 
     def agent_env(self) -> dict[str, str]:
         """The agent's environment (workers inherit it)."""
@@ -121,6 +127,9 @@ class ElasticJob(Job):
 
     def start(self) -> None:
         ctx = self.ctx
+        if ctx.scenario.launch.agents:
+            self._start_on_hosts()
+            return
         n = ctx.point.scenario.workload.world_size
         spec = rank_spec(
             ctx,
@@ -155,9 +164,52 @@ class ElasticJob(Job):
             preexec_fn=(lambda: enter(namespace)) if namespace else None,
         )
 
+    def _start_on_hosts(self) -> None:
+        """``launch.agents``: one elastic agent per host (``--nnodes`` hosts, c10d
+        rendezvous on host h0's address), each started by that host's agent."""
+        from bench.procs.agent import send
+        from bench.procs.agents import for_trial
+        from bench.strategies import STRATEGIES
+
+        ctx = self.ctx
+        s = ctx.scenario
+        self.hosts = for_trial(ctx, start_method="spawn", supervised=True)
+        self.hosts.start_store()
+        spec = rank_spec(
+            ctx,
+            -1,
+            "initial",
+            members=tuple(range(s.workload.world_size)),
+            pdeathsig=False,
+            netns="",  # the workers start inside their host's namespace already
+            checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
+        )
+        args = self.launcher_args(
+            s.launch.ranks_per_host, ELASTIC_PORT, nnodes=len(self.hosts.hosts), endpoint=self.hosts.addresses[0]
+        )
+        for h in self.hosts.names():
+            env = {k: v for k, v in self.agent_env().items() if os.environ.get(k) != v}
+            command = {"op": "elastic", "strategy": STRATEGIES[s.recovery.strategy].name, "args": args, "env": env}
+            send(self.hosts.control, h, command | {"spec": json.loads(spec_to_json(spec))})
+
+    def clocks(self) -> dict[str, dict[str, int]]:
+        return dict(self.hosts.clocks) if hasattr(self, "hosts") else {}
+
+    def deliver(self) -> Callable[[str, dict[str, Any]], None] | None:
+        return self.hosts.deliver if hasattr(self, "hosts") else None
+
     def poll(self, timeout_s: float) -> bool:
         """Over when the agent has exited and none of its workers is left: workers
-        outlive a killed agent (docs/facts.md), and what they do then is part of the trial."""
+        outlive a killed agent (docs/facts.md), and what they do then is part of the trial.
+        With host agents: when every host's elastic agent has exited (or its host agent)."""
+        if hasattr(self, "hosts"):
+            from bench.procs.agent import key
+
+            h = self.hosts
+            done = all(h.control.check([key(n, "elastic_exit")]) or h.agents[n].poll() is not None for n in h.names())
+            if not done:
+                time.sleep(timeout_s)
+            return done
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -166,6 +218,9 @@ class ElasticJob(Job):
         return not (set(marked_pids(host.run_id)) - host.infrastructure())
 
     def close(self) -> None:
+        if hasattr(self, "hosts"):
+            self.hosts.close()  # stops the host agents (their elastic agents with them), sweeps
+            return
         self.ctx.host.sweep_trial()  # the agent, its workers, and any worker it orphaned
         if hasattr(self, "proc"):
             self.proc.wait(timeout=30)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 from bench.procs.launcher import LocalLauncher, RankProcess
 from bench.rank.entry import EXIT_LEFT, EXIT_OK, RankSpec
@@ -31,14 +33,7 @@ class SupervisedJob(Job):
     def start(self) -> None:
         ctx = self.ctx
         self.supervisor = EventWriter(ctx.events_dir / "supervisor.jsonl", src="supervisor", pid=os.getpid())
-        self.launcher = LocalLauncher(
-            host=ctx.host,
-            start_method=start_method(ctx.scenario),
-            namespace=ctx.store_namespace,
-            address=ctx.store_host,
-            trial_dir=ctx.trial_dir,
-            events_dir=ctx.events_dir,
-        )
+        self.launcher = self.make_launcher()
         self.launcher.start_store()
         self.store = self.launcher.store_client()
         self.members = tuple(range(ctx.scenario.workload.world_size))
@@ -50,6 +45,33 @@ class SupervisedJob(Job):
         self.start_services()
         for rank in self.members:
             self.start_rank(rank, "initial")
+
+    def make_launcher(self) -> LocalLauncher:
+        """The harness's own launcher, or with ``launch.agents`` one that has a host agent
+        start each host's ranks (:mod:`bench.procs.agents`)."""
+        ctx = self.ctx
+        where: dict[str, Any] = dict(
+            host=ctx.host,
+            start_method=start_method(ctx.scenario),
+            namespace=ctx.store_namespace,
+            address=ctx.store_host,
+            trial_dir=ctx.trial_dir,
+            events_dir=ctx.events_dir,
+        )
+        if not ctx.scenario.launch.agents:
+            return LocalLauncher(**where)
+        from bench.procs.agents import for_trial
+
+        return for_trial(
+            ctx, start_method=where["start_method"], supervised=STRATEGIES[ctx.scenario.recovery.strategy].supervised
+        )
+
+    def clocks(self) -> dict[str, dict[str, int]]:
+        return dict(getattr(self.launcher, "clocks", {})) if hasattr(self, "launcher") else {}
+
+    def deliver(self) -> Callable[[str, dict[str, Any]], None] | None:
+        deliver: Callable[[str, dict[str, Any]], None] | None = getattr(self.launcher, "deliver", None)
+        return deliver
 
     def start_services(self) -> None:
         """Processes the ranks need besides the store (torchft: the lighthouse)."""
@@ -84,17 +106,20 @@ class SupervisedJob(Job):
 
     def on_exit(self, r: RankProcess) -> None:
         code = r.exitcode
-        self.supervisor.emit("proc_exit", of_rank=r.rank, exitcode=code)
+        # An exit a host agent saw was recorded there, stamped on that host's clock, and
+        # the ranks were told there (dead/<rank>): not again here.
+        if not r.recorded:
+            self.supervisor.emit("proc_exit", of_rank=r.rank, exitcode=code)
         if code == EXIT_OK:
             self.finished_at = self.finished_at or time.monotonic()
             self.replacements.clear()
         elif code != EXIT_LEFT and self.finished_at is None:
-            if STRATEGIES[self.ctx.scenario.recovery.strategy].supervised:
+            if STRATEGIES[self.ctx.scenario.recovery.strategy].supervised and not r.recorded:
                 self.supervisor.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
             delay = self.replacement_delay(r.rank)
             if delay is not None:
                 self.replacements[r.rank] = time.monotonic() + delay
-        if self.launcher.store_process is not None and self.launcher.store_process.is_alive():
+        if not r.recorded and self.launcher.store_process is not None and self.launcher.store_process.is_alive():
             try:  # the store itself may be the fault's target
                 self.store.set(f"dead/{r.rank}", str(code))
             except Exception:  # it died just now

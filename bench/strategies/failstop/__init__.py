@@ -27,6 +27,7 @@ STRATEGIES.register(
         rank_policy="bench.strategies.failstop.policy:FailStop",
         stack="plain torch.distributed (blocking all_reduce, DDP's built-in reducer)",
         supervised=False,
+        agents=True,
         namespaces=True,
         default=True,
         summary="any fault ends the job; measures detection only",

@@ -46,7 +46,7 @@ class NVRxInprocessJob(SupervisedJob):
         ``termination_grace_time`` for a zombie: an artefact of the harness, not NVRx.
         ``exitcode`` polls with ``waitpid(WNOHANG)``, which reaps."""
         for r in self.launcher.running():
-            code = r.process.exitcode
+            code = r.process.exitcode if r.process is not None else None
             if code is not None:
                 r.exitcode = code
                 self.on_exit(r)

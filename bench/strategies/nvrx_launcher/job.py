@@ -68,7 +68,8 @@ class NVRxLauncherJob(ElasticJob):
         params: NVRxLauncherParams = self.ctx.scenario.recovery.params
         return params
 
-    def launcher_args(self, nproc: int, rdzv_port: int) -> list[str]:
+    def launcher_args(self, nproc: int, rdzv_port: int, *, nnodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
+        assert (nnodes, endpoint) == (1, "127.0.0.1"), "nvrx-launcher runs on one host (no launch.agents)"
         name = self.ctx.events_dir.name
         cfg = self.ctx.trial_dir / f"ft-config-{name}.yaml"
         cfg.write_text(json.dumps({"fault_tolerance": ft_config(self.params)}, indent=1))

@@ -40,6 +40,7 @@ STRATEGIES.register(
         start_method="forkserver",  # replacements are warm spares: forked, not imported
         namespaces=True,
         blame=("isolate@rank:excluded",),  # the members the survivors' new world leaves out
+        agents=True,
         phases=(("isolate", "isolate"), ("reconfigure", "reconfigured"), ("restore", "restore_end")),
         summary="ftbench's design: survivors abort through the store, re-form a smaller group, train on",
     )

@@ -57,6 +57,7 @@ STRATEGIES.register(
         stack="torchrun's elastic agent; plain torch.distributed in the workers",
         components=("agent",),
         blame=("detect@agent:first_failure",),  # torchrun's root cause: its first observed failure
+        agents=True,
         unbound_servers=("torchrun's c10d rendezvous store", "the store torchrun's agent hosts for its workers"),
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed worker

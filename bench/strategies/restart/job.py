@@ -19,15 +19,15 @@ class Restart(ElasticJob):
     agent_module = "bench.strategies.restart.torchrun"
     log_name = "torchrun.log"
 
-    def launcher_args(self, nproc: int, rdzv_port: int) -> list[str]:
+    def launcher_args(self, nproc: int, rdzv_port: int, *, nnodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
         params: RestartParams = self.ctx.scenario.recovery.params
         return [
-            "--nnodes=1",
+            f"--nnodes={nnodes}",
             f"--nproc-per-node={nproc}",
             f"--max-restarts={params.max_restarts}",
             f"--monitor-interval={params.monitor_interval_s}",
             "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{rdzv_port}",
+            f"--rdzv-endpoint={endpoint}:{rdzv_port}",
             f"--rdzv-id=ftbench-{self.ctx.events_dir.name}",
         ] + ([f"--rdzv-conf={conf}"] if (conf := params.rdzv_conf()) else [])
 

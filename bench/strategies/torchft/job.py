@@ -93,7 +93,7 @@ class TorchFTJob(SupervisedJob):
             self.supervisor.emit("detect", how="exit", of="lighthouse", exitcode=self.lighthouse.exitcode)
         if self.finished_at is not None and time.monotonic() - self.finished_at > FINISH_GRACE_S:
             for r in self.launcher.running():
-                if r.process.pid is not None and r.process.pid not in self.stopped:
+                if r.process is not None and r.process.pid is not None and r.process.pid not in self.stopped:
                     self.stopped.add(r.process.pid)
                     self.supervisor.emit("stop", of_rank=r.rank, reason="training finished without it")
                     r.process.kill()

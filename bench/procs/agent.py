@@ -1,0 +1,311 @@
+"""The host agent: ``ftbench host --controller ADDR:PORT --host hN --events-dir DIR``.
+
+One runs on every host of a multi-host trial; the harness stays the one controller
+(scenario, schedule, figures). The agent is the harness's hands on its host, and its
+clock:
+
+1. It registers through the trial's c10d store (``agent/HOST/hello``) and measures its
+   clock's offset to the controller's (:mod:`bench.procs.clock`), which it posts.
+2. It starts the ranks the harness asks for (``agent/HOST/cmd/K``: a rank spec as JSON,
+   validated like any spec read from a file: no pickle, code named by the registries
+   only), with the same :class:`~bench.procs.launcher.LocalLauncher` and rank entry as
+   on one host, and supervises them: it stamps their exits on its own clock
+   (``proc_exit``, and ``detect`` ``how=exit`` where the stack has such an agent), tells
+   the ranks through the store (``dead/RANK``) and reports each exit to the harness.
+3. It carries out the faults aimed at its host's ranks (signals, rank-side arms),
+   stamping ``inject`` on its own clock, and undoes transient ones when they are due.
+4. On ``stop`` it kills its ranks, measures the offset again (the drift over the
+   trial), posts it and exits.
+
+Every event it and its ranks write carries ``host`` (``FTBENCH_HOST``), so the harness
+maps their stamps onto its clock when figures are derived. Event logs go to the run's
+events directory, which must be shared between the hosts (docs/multihost.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.context import ForkServerContext, SpawnContext
+from pathlib import Path
+from typing import Any
+
+from bench.procs.clock import StorePinger, resolution_ns
+from bench.procs.hygiene import kill_all, redirect_output, set_pdeathsig
+from bench.procs.launcher import LocalLauncher, RankProcess, rank_context
+from bench.results.events import HOST_ENV, EventWriter
+
+ELASTIC_ARGS = frozenset(
+    f"--{name}"
+    for name in (
+        "nnodes",
+        "nproc-per-node",
+        "max-restarts",
+        "monitor-interval",
+        "rdzv-backend",
+        "rdzv-endpoint",
+        "rdzv-id",
+        "rdzv-conf",
+    )
+)
+"""The elastic agent arguments a harness may pass to a host agent (nothing that names a
+program: the worker command is the rank entry, always)."""
+ELASTIC_ENV = frozenset({"OMP_NUM_THREADS", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})
+"""The environment a harness may set for an elastic agent (the strategy's ``agent_env``)."""
+OPS = frozenset({"start", "fault", "elastic", "ending", "stop"})
+"""What the harness may ask of an agent."""
+TICK_S = 0.005
+"""How often the agent looks for commands while it has ranks: it bounds the lag of a
+fault the harness delivers (not any figure: the agent stamps when it acts)."""
+
+
+def key(host: str, what: str) -> str:
+    """A key of the agent protocol, under the trial store's ``ftb`` prefix."""
+    return f"agent/{host}/{what}"
+
+
+def send(store: Any, host: str, command: dict[str, Any]) -> None:
+    """Queue a command for ``host``'s agent (harness side): the body first, then the count."""
+    n = int(store.add(key(host, "nsent"), 1)) - 1
+    store.set(key(host, f"cmd/{n}"), json.dumps(command))
+    store.add(key(host, "ncmd"), 1)
+
+
+@dataclass
+class _Firing:
+    injector: Any
+    undo_at: int | None
+    index: int
+    kind: str
+
+
+@dataclass
+class AgentHost:
+    """The :class:`~bench.procs.launcher.RankHost` of an agent: its own forkserver, and a
+    sweep that kills the ranks it started (never anything else of the run: the other
+    hosts' processes are not its own)."""
+
+    contexts: dict[str, ForkServerContext | SpawnContext] = field(default_factory=dict)
+    launcher: LocalLauncher | None = None
+
+    def context(self, start_method: str) -> ForkServerContext | SpawnContext:
+        return rank_context(start_method, self.contexts)
+
+    def sweep_trial(self) -> list[int]:
+        if self.launcher is None:
+            return []
+        return kill_all([r.process.pid for r in self.launcher.running() if r.process and r.process.pid])
+
+
+class Agent:
+    def __init__(self, store: Any, host: str, events_dir: Path, events: EventWriter) -> None:
+        self.store, self.host, self.events_dir, self.events = store, host, events_dir, events
+        self.rank_host = AgentHost()
+        self.launcher: LocalLauncher | None = None
+        self.done = 0
+        """Commands carried out."""
+        self.exits = 0
+        self.supervised = True
+        self.ending = False
+        """A rank finished training somewhere: exits are no longer detections."""
+        self.firings: list[_Firing] = []
+        self.stopping = False
+        self.elastic: subprocess.Popen[bytes] | None = None
+        """The host's elastic agent (torchrun), for strategies that run one per host."""
+
+    def measure(self, phase: str) -> None:
+        pinger = StorePinger(self.store, f"clock/{self.host}/{phase}")
+        offset = pinger.measure()
+        pinger.bye()
+        self.store.set(key(self.host, f"clock/{phase}"), json.dumps(offset.as_dict()))
+        self.events.emit("clock", phase=phase, **offset.as_dict())
+
+    def run(self, deadline: float) -> None:
+        while not self.stopping and time.monotonic() < deadline:
+            self.commands()
+            self.reap()
+            self.undo_due()
+
+    def commands(self) -> None:
+        total = int(self.store.add(key(self.host, "ncmd"), 0))
+        while self.done < total:
+            command = json.loads(self.store.get(key(self.host, f"cmd/{self.done}")))
+            self.done += 1
+            op = str(command.get("op"))
+            if op not in OPS:
+                raise ValueError(f"unknown command {op!r} from the harness")
+            getattr(self, f"do_{op}")(command)
+
+    def do_start(self, cmd: dict[str, Any]) -> None:
+        from bench.rank.entry import main as rank_main
+        from bench.rank.entry import spec_from_json
+
+        spec = spec_from_json(json.dumps(cmd["spec"]), file=f"store:{key(self.host, 'cmd')}")
+        self.supervised = bool(cmd["supervised"])
+        if self.launcher is None:
+            self.launcher = LocalLauncher(
+                host=self.rank_host,
+                start_method=str(cmd["start_method"]),
+                trial_dir=self.events_dir.parent,
+                events_dir=self.events_dir,
+            )
+            self.rank_host.launcher = self.launcher
+        self.launcher.start_rank(spec.rank, rank_main, spec)
+
+    def do_fault(self, cmd: dict[str, Any]) -> None:
+        from bench.scenario.faults import FAULTS
+        from injectors.base import Target
+        from injectors.rankside import Arm
+
+        kind = FAULTS[cmd["kind"]]
+        index = int(cmd["fault"])
+        injector: Any = Arm(fault_index=index) if kind.rank_side else kind.load()(**cmd["knobs"])
+        target = Target(ranks=list(cmd["ranks"]), pids=list(cmd["pids"]))
+        t = time.monotonic_ns()
+        detail = injector.inject(target)
+        t_sent = time.monotonic_ns()
+        duration = getattr(injector, "duration_s", None)
+        self.firings.append(_Firing(injector, None if duration is None else t + int(duration * 1e9), index, kind.name))
+        common = dict(cmd["common"])
+        detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
+        self.events.emit("arm" if kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
+
+    def do_elastic(self, cmd: dict[str, Any]) -> None:
+        """Start this host's elastic agent (torchrun --nnodes N): the strategy's own
+        instrumented launcher module, arguments from an allow-list, the rank entry as the
+        worker command, the worker spec validated like any spec file."""
+        from bench.rank.entry import spec_from_json, spec_to_json
+        from bench.strategies import STRATEGIES
+
+        strategy = STRATEGIES[cmd["strategy"]]
+        module = getattr(strategy.load(), "agent_module", None)
+        if not strategy.agents or not module:
+            raise ValueError(f"strategy {strategy.name} runs no elastic agent under host agents")
+        args = [str(a) for a in cmd["args"]]
+        bad = [a for a in args if a.split("=", 1)[0] not in ELASTIC_ARGS]
+        env = {str(k): str(v) for k, v in cmd.get("env", {}).items()}
+        bad += [k for k in env if k not in ELASTIC_ENV]
+        if bad:
+            raise ValueError(f"elastic agent arguments or environment not allowed: {bad}")
+        spec = spec_from_json(json.dumps(cmd["spec"]), file=f"store:{key(self.host, 'cmd')}")
+        path = self.events_dir / f"spec-{self.host}.json"
+        path.write_text(spec_to_json(spec))
+        argv = [sys.executable, "-m", module, str(self.events_dir), "--", *args, "-m", "bench.rank.entry", str(path)]
+        log = open(self.events_dir / f"torchrun-{self.host}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        with log:
+            self.elastic = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
+
+    def do_ending(self, cmd: dict[str, Any]) -> None:
+        self.ending = True
+
+    def do_stop(self, cmd: dict[str, Any]) -> None:
+        self.stopping = True
+
+    def reap(self) -> None:
+        from bench.rank.entry import EXIT_LEFT, EXIT_OK
+
+        if self.elastic is not None and self.elastic.poll() is not None:
+            code = self.elastic.returncode
+            self.events.emit("proc_exit", of="elastic_agent", exitcode=code)
+            self.store.set(key(self.host, "elastic_exit"), str(code))
+            self.elastic = None
+        if self.launcher is None or not self.launcher.running():
+            time.sleep(TICK_S)
+            return
+        for r in self.launcher.wait(TICK_S):
+            code = r.exitcode
+            self.events.emit("proc_exit", of_rank=r.rank, exitcode=code)
+            if code == EXIT_OK:
+                self.ending = True
+            elif code != EXIT_LEFT and not self.ending and self.supervised:
+                self.events.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
+            self._tell(r, code)
+
+    def _tell(self, r: RankProcess, code: int | None) -> None:
+        """The ranks first (nobody waits for a member known dead), then the harness."""
+        try:
+            self.store.set(f"dead/{r.rank}", str(code))
+        except Exception:  # the store itself may be the fault's target
+            pass
+        n = self.exits
+        self.exits += 1
+        self.store.set(key(self.host, f"exit/{n}"), json.dumps({"rank": r.rank, "exitcode": code}))
+        self.store.add(key(self.host, "nexit"), 1)
+
+    def undo_due(self, *, everything: bool = False) -> None:
+        now = time.monotonic_ns()
+        for f in self.firings:
+            if f.undo_at is not None and (everything or now >= f.undo_at):
+                t = time.monotonic_ns()
+                f.injector.undo()
+                f.undo_at = None
+                self.events.emit("fault_end", t=t, fault=f.index, kind=f.kind)
+
+    def close(self) -> None:
+        self.undo_due(everything=True)
+        if self.launcher is not None:
+            self.launcher.close()
+        if self.elastic is not None:  # its workers outlive it; the run's sweep takes them
+            self.elastic.kill()
+            self.elastic.wait(timeout=10)
+
+
+def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostname: str = "") -> int:
+    """The agent's life; its exit code (0: stopped by the harness)."""
+    import torch.distributed as dist
+
+    set_pdeathsig()  # started by the harness itself (one machine): die with it
+    if hostname:  # in a UTS namespace of its own (one machine): the name others reach it by
+        socket.sethostname(hostname)
+    events_dir.mkdir(parents=True, exist_ok=True)
+    redirect_output(events_dir / f"agent-{host}.log")
+    os.environ[HOST_ENV] = host  # every event of this host's processes carries it
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    events = EventWriter(events_dir / f"agent-{host}.jsonl", src="supervisor", pid=os.getpid(), host=host)
+    events.emit("proc_start", role="host_agent")
+    address, port = controller.rsplit(":", 1)
+    client = dist.TCPStore(address, int(port), None, False, timeout=datetime.timedelta(seconds=deadline_s))
+    store = dist.PrefixStore("ftb", client)
+    deadline = time.monotonic() + deadline_s
+    hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "resolution_ns": resolution_ns()}
+    store.set(key(host, "hello"), json.dumps(hello))
+    agent = Agent(store, host, events_dir, events)
+    try:
+        agent.measure("start")
+        agent.run(deadline)
+    finally:
+        agent.close()
+    agent.measure("end")
+    store.set(key(host, "bye"), "1")
+    events.emit("proc_exit", exitcode=0)
+    return 0
+
+
+def command_line(controller: str, host: str, events_dir: Path, deadline_s: float) -> list[str]:
+    """How the harness (or a cluster's launcher) starts an agent: ``python -m bench host ...``."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "bench",
+        "host",
+        "--controller",
+        controller,
+        "--host",
+        host,
+        "--events-dir",
+        str(events_dir),
+        "--deadline-s",
+        f"{deadline_s:g}",
+    ]
+
+
+Sender = Callable[[str, dict[str, Any]], None]

@@ -1,0 +1,236 @@
+"""The harness's side of host agents: a launcher whose ranks live on other hosts.
+
+:class:`AgentLauncher` is a :class:`~bench.procs.launcher.LocalLauncher` whose store
+stays with the harness (the controller) and whose ranks are started by one host agent
+per host (:mod:`bench.procs.agent`), through the store. On one machine each host is a
+network namespace of the trial's topology AND a time namespace whose CLOCK_MONOTONIC is
+ahead of the harness's by ``(i + 1) x launch.clock_shift_s``, so a clock alignment that
+is wrong shows as a wrong figure instead of passing unseen. On a cluster the agents are
+started by its own tools instead (``srun ftbench host ...``; docs/multihost.md).
+
+The harness answers each agent's clock round trips (:class:`~bench.procs.clock.Responder`)
+at the start and at the end of the trial, and writes both estimates and their
+combination to ``clocks.json`` in the trial's events directory, from which the figures
+are derived (:func:`bench.results.events.to_controller`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bench.procs.agent import command_line, key, send
+from bench.procs.clock import Offset, Responder, combine
+from bench.procs.launcher import LaunchError, LocalLauncher, RankProcess
+from bench.results.events import CLOCKS_FILE
+
+if TYPE_CHECKING:
+    from bench.strategies.base import TrialContext
+
+BYE_S = 20.0
+"""How long an agent may take to stop its ranks and measure its clock again."""
+
+
+@dataclass
+class AgentLauncher(LocalLauncher):
+    hosts: tuple[str, ...] = ()
+    """The network namespace of each host (``h0``, ``h1``, ... in order)."""
+    addresses: tuple[str, ...] = ()
+    """Each host's address (its name too: an agent sets its host name to it, as servers
+    that advertise the host name, like torchrun's, need a name the other hosts reach)."""
+    ranks_per_host: int = 1
+    clock_shift_s: float = 1000.0
+    deadline_s: float = 60.0
+    supervised: bool = True
+    """Whether agents record a rank's fault exit as a detection (``Strategy.supervised``)."""
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    start_offsets: dict[str, Offset] = field(default_factory=dict)
+    clocks: dict[str, dict[str, int]] = field(default_factory=dict)
+    """host -> the start offset as :func:`bench.results.events.to_controller` takes it."""
+    _seen: dict[str, int] = field(default_factory=dict)
+    _ending: bool = False
+
+    def names(self) -> list[str]:
+        return [f"h{i}" for i in range(len(self.hosts))]
+
+    def start_store(self, timeout_s: float = 60.0) -> int:
+        """The store, then one agent per host; returns once every agent measured its clock."""
+        port = super().start_store(timeout_s)
+        self.control = self.store_client()
+        responders = {h: self._responder(f"clock/{h}/start") for h in self.names()}
+        try:
+            for i, (h, ns) in enumerate(zip(self.names(), self.hosts, strict=True)):
+                self.agents[h] = self._spawn(h, ns, int((i + 1) * self.clock_shift_s), port)
+                self._seen[h] = 0
+            for h in self.names():
+                self.start_offsets[h] = Offset.from_dict(json.loads(self._await(h, "clock/start", timeout_s)))
+        finally:
+            for r in responders.values():
+                r.stop()
+        self.clocks = {h: o.as_dict() for h, o in self.start_offsets.items()}
+        return port
+
+    def _responder(self, prefix: str) -> Responder:
+        return Responder(self.store_client, prefix).start()
+
+    def _spawn(self, host: str, namespace: str, shift_s: int, port: int) -> subprocess.Popen[bytes]:
+        """``unshare --time --monotonic SHIFT ip netns exec NS python -m bench host ...``:
+        unshare's time namespace applies to what it executes, ip netns exec executes the
+        agent in the host's network namespace; the agent's ranks inherit both."""
+        from injectors.link import nfqueue
+
+        argv = command_line(f"{self.address}:{port}", host, self.events_dir, self.deadline_s + BYE_S)
+        index = self.names().index(host)
+        if self.addresses:
+            argv += ["--hostname", self.addresses[index]]
+        env = dict(os.environ, PYTHONPATH=str(nfqueue.PACKAGE_ROOT))
+        with open(self.events_dir / f"agent-{host}.spawn.log", "ab") as log:
+            return subprocess.Popen(
+                ["unshare", "--time", "--monotonic", str(shift_s), "--uts", "ip", "netns", "exec", namespace, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
+
+    def _await(self, host: str, what: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        k = key(host, what)
+        while not self.control.check([k]):
+            code = self.agents[host].poll()
+            if code is not None:
+                raise LaunchError(f"the agent of {host} exited with code {code} (see agent-{host}.log)")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the agent of {host} did not post {what} within {timeout_s:.0f} s")
+            time.sleep(0.01)
+        return bytes(self.control.get(k)).decode()
+
+    def host_of(self, rank: int) -> str:
+        return f"h{rank // self.ranks_per_host}"
+
+    def deliver(self, host: str, command: dict[str, Any]) -> None:
+        """Hand a command (a fault to carry out) to ``host``'s agent."""
+        send(self.control, host, command)
+
+    def start_rank(self, rank: int, target: Any, *args: object) -> RankProcess:
+        """Ask the rank's host agent to start it (``target`` is the rank entry, as on one
+        host; the spec travels as JSON)."""
+        from bench.rank.entry import RankSpec, spec_to_json
+
+        (spec,) = args
+        assert isinstance(spec, RankSpec)
+        command = {
+            "op": "start",
+            "spec": json.loads(spec_to_json(spec)),
+            "start_method": self.start_method,
+            "supervised": self.supervised,
+        }
+        send(self.control, self.host_of(rank), command)
+        rp = RankProcess(rank=rank, process=None, recorded=True)
+        self.ranks.append(rp)
+        return rp
+
+    def wait(self, timeout_s: float) -> list[RankProcess]:
+        """Exits the agents reported, waiting up to ``timeout_s`` for one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            exited = self._collect()
+            left = deadline - time.monotonic()
+            if exited or left <= 0 or not self.running():
+                return exited
+            time.sleep(min(left, 0.005))
+
+    def _collect(self) -> list[RankProcess]:
+        exited: list[RankProcess] = []
+        for h in self.names():
+            n = int(self.control.add(key(h, "nexit"), 0))
+            while self._seen[h] < n:
+                record = json.loads(self.control.get(key(h, f"exit/{self._seen[h]}")))
+                self._seen[h] += 1
+                r = next((r for r in self.running() if r.rank == int(record["rank"])), None)
+                if r is not None:
+                    r.exitcode = int(record["exitcode"])
+                    exited.append(r)
+            if self.agents[h].poll() is not None:  # the agent itself is gone: so are its ranks
+                for r in self.running():
+                    if self.host_of(r.rank) == h:
+                        r.exitcode, r.recorded = -9, False
+                        exited.append(r)
+        if not self._ending and any(r.exitcode == 0 for r in exited):
+            self._ending = True
+            for h in self.names():
+                if self.agents[h].poll() is None:
+                    send(self.control, h, {"op": "ending"})
+        return exited
+
+    def close(self) -> None:
+        """Stop every agent (each measures its clock again first), write ``clocks.json``,
+        then kill and reap whatever is left, as one host's launcher does."""
+        try:
+            if hasattr(self, "control"):
+                self._stop_agents()
+        finally:
+            for p in self.agents.values():
+                if p.poll() is None:
+                    p.kill()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            super().close()
+
+    def _stop_agents(self) -> None:
+        live = [h for h in self.names() if self.agents[h].poll() is None]
+        responders = [self._responder(f"clock/{h}/end") for h in live]
+        ends: dict[str, Offset] = {}
+        try:
+            for h in live:
+                send(self.control, h, {"op": "stop"})
+            for h in live:
+                try:
+                    ends[h] = Offset.from_dict(json.loads(self._await(h, "clock/end", BYE_S)))
+                except LaunchError:
+                    continue  # no end estimate: the start one stands, without a drift bound
+        finally:
+            for r in responders:
+                r.stop()
+        clocks: dict[str, Any] = {}
+        for i, h in enumerate(self.names()):
+            if h not in self.start_offsets:
+                continue
+            start, end = self.start_offsets[h], ends.get(h)
+            clocks[h] = combine(start, end).as_dict() | {
+                "start": start.as_dict(),
+                "end": end.as_dict() if end else None,
+                "namespace": self.hosts[i],
+                "monotonic_shift_ns": int((i + 1) * self.clock_shift_s * 1e9),
+            }
+        (self.events_dir / CLOCKS_FILE).write_text(json.dumps(clocks, indent=1))
+
+
+def for_trial(ctx: TrialContext, *, start_method: str, supervised: bool) -> AgentLauncher:
+    """The agent launcher of a trial with ``launch.agents``: one host per namespace of the
+    trial's topology, the store with the harness."""
+    from injectors.link.netns import Topology
+
+    assert isinstance(ctx.network, Topology), "launch.agents runs every host in a namespace of a topology"
+    launch = ctx.scenario.launch
+    hosts = ctx.scenario.workload.world_size // launch.ranks_per_host
+    return AgentLauncher(
+        host=ctx.host,
+        start_method=start_method,
+        namespace=ctx.store_namespace,
+        address=ctx.store_host,
+        trial_dir=ctx.trial_dir,
+        events_dir=ctx.events_dir,
+        hosts=tuple(ctx.network.namespace_for(i) for i in range(hosts)),
+        addresses=tuple(ctx.network.hosts[i].address for i in range(hosts)),
+        ranks_per_host=launch.ranks_per_host,
+        clock_shift_s=launch.clock_shift_s,
+        deadline_s=ctx.deadline_s,
+        supervised=supervised,
+    )
