@@ -1,5 +1,5 @@
 # The two commands of the README (run, test) set up ./.venv first (tools/bootstrap.sh).
-.PHONY: run test unit lint bench
+.PHONY: run test test-all unit lint bench
 
 run:
 	@tools/bootstrap.sh
@@ -8,6 +8,11 @@ run:
 test:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest
+
+# Every test, the slow ones too (about 15 minutes on 2 cores).
+test-all:
+	@tools/bootstrap.sh --test
+	.venv/bin/python -m pytest -m ""
 
 unit:
 	@tools/bootstrap.sh --test

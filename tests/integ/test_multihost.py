@@ -238,6 +238,7 @@ def test_sigkill_of_a_host_agent_ends_its_host_and_leaves_nothing(run_scenario, 
 RESTART = ONE_RANK_EACH.replace('strategy = "reinit"', 'strategy = "restart"').replace("steps = 40", "steps = 30")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_restart_under_torchrun_nnodes_2_recovers_from_losing_a_host(run_scenario, host: ProcessHost) -> None:
     """Real torchrun --nnodes 2, one elastic agent per host (each started by its host

@@ -132,6 +132,7 @@ def check_inprocess_kill(row: dict[str, Any], events: list[dict[str, Any]]) -> N
     assert {e["world_size"] for e in steps if e["gen"] == 1} == {2}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_inprocess_kill_with_ftbench_and_nvrx_injectors(run_scenario, monkeypatch) -> None:
     monkeypatch.setenv("FTBENCH_PLUGINS", "tests.plugins.nvrx_inject")
@@ -150,7 +151,10 @@ def test_inprocess_kill_with_ftbench_and_nvrx_injectors(run_scenario, monkeypatc
     # The same signal to the same process at the same step: detection differs by where in
     # the step it lands and by NVRx's polling of the dead rank.
     assert abs(med(ours, "ttd_s") - med(nvrx, "ttd_s")) < step_s + INTERVAL_S + SLACK_S
-    assert abs(med(ours, "steps_lost") - med(nvrx, "steps_lost")) <= 1
+    # Steps lost: ftbench's kill lands anywhere in the target step (jitter) and NVRx's
+    # injector at its own point of a step, each then detected up to a step later; one
+    # step of spread per injector, so two trials' medians may differ by up to two steps.
+    assert abs(med(ours, "steps_lost") - med(nvrx, "steps_lost")) <= 2
 
 
 def check_recovery_time(row: dict[str, Any], events: list[dict[str, Any]], step_s: float) -> None:
@@ -234,6 +238,7 @@ def test_launcher_kill_restarts_fresh_workers_from_the_checkpoint(run_scenario) 
     assert row["phase_import_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_launcher_stall_is_detected_by_rank_monitors_before_the_pg_timeout(run_scenario) -> None:
     sweep = '[sweep]\n"recovery.nvrx-launcher.hang_detection" = ["heartbeat", "sections"]'

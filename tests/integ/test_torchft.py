@@ -49,6 +49,7 @@ deadline_s = 50
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_kill_one_of_three_replica_groups_recovers_and_heals(run_scenario) -> None:
     report = run_scenario(KILL)
