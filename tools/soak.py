@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.procs.hygiene import alive, marked  # noqa: E402
+from bench.procs.hygiene import alive, marked, stat_fields  # noqa: E402
 from injectors.link.system import tag_for  # noqa: E402
 
 KILL = """
@@ -76,15 +76,10 @@ SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM)
 def runs_of(harness: int) -> set[str]:
     """Run ids of the marked processes descended from ``harness``: this round's run, and
     not the runs other work on the machine may have going at the same time."""
-    parents = {}
-    for pid in marked():
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_bytes()
-        except OSError:
-            continue
-        parents[pid] = int(stat.rsplit(b")", 1)[1].split()[1])
+    runs = marked()
+    parents = {pid: int(fields[1]) for pid in runs if len(fields := stat_fields(pid)) > 1}
     found = set()
-    for pid, run in marked().items():
+    for pid, run in runs.items():
         node = pid
         for _ in range(64):
             if node == harness:

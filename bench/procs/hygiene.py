@@ -70,14 +70,20 @@ def marked_pids(run_id: str) -> list[int]:
     return [pid for pid, run in marked().items() if run == run_id and alive(pid)]
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
+def stat_fields(pid: int) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); empty
+    when the process is gone. The name is in parentheses and may hold spaces and ")"."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
+            return fh.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
+        return []
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in (b"Z", b"X")
 
 
 def kill_all(pids: Iterable[int], *, timeout_s: float = 10.0) -> list[int]:
