@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from bench.procs.hygiene import marked_pids
+from bench.procs.hygiene import MARKER, marked_pids
 
 pytestmark = [
     pytest.mark.integ,
@@ -48,8 +48,12 @@ _USERS = re.compile(r"pid=(\d+)")
 
 
 def listeners() -> list[tuple[str, set[int]]]:
-    """(local address, pids) of every listening TCP socket in this namespace."""
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10).stdout
+    """(local address, pids) of every listening TCP socket in this namespace.
+
+    ``ss`` runs without the run's marker, which this process carries while a run is in
+    flight: the check for leftovers after the run must not find the watcher's own ``ss``."""
+    env = {k: v for k, v in os.environ.items() if k != MARKER}
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10, env=env).stdout
     found = []
     for line in out.splitlines():
         cols = line.split()

@@ -65,7 +65,7 @@ monitor_process_interval_s = 0.2
 progress_watchdog_interval_s = 0.2
 last_call_wait_s = 0.2
 soft_timeout_s = 2.0
-hard_timeout_s = 8
+hard_timeout_s = {hard}
 checkpoint_every = 25
 [launch]
 interposer = "always"
@@ -76,6 +76,8 @@ deadline_s = 60
 """
 INTERVAL_S = 0.2
 SOFT_S = 2.0
+HARD_S = 8
+"""Past the soft timeout, short enough that a kill test never waits on it."""
 
 KILL_BOTH_WAYS = """
 [sweep]
@@ -90,6 +92,9 @@ STALL = """
 "faults.0" = [{ kind = "stall", duration_s = 6, target = { ranks = [2] }, trigger = { at_step = 40 } }]
 """
 STALL_S = 6.0
+STALL_HARD_S = 30
+"""Far past the stall: the stopped rank, once resumed, needs time to stamp progress again
+while four processes share two cores (a hard timeout 2 s past the stall once fired in CI)."""
 
 
 def by_fault(report: Any) -> dict[str, list[dict[str, Any]]]:
@@ -136,7 +141,7 @@ def check_inprocess_kill(row: dict[str, Any], events: list[dict[str, Any]]) -> N
 @pytest.mark.timeout(150)
 def test_inprocess_kill_with_ftbench_and_nvrx_injectors(run_scenario, monkeypatch) -> None:
     monkeypatch.setenv("FTBENCH_PLUGINS", "tests.plugins.nvrx_inject")
-    report = run_scenario(INPROCESS.format(trials=2, sweep=KILL_BOTH_WAYS))
+    report = run_scenario(INPROCESS.format(trials=2, sweep=KILL_BOTH_WAYS, hard=HARD_S))
     assert report.status == "complete"
     for row, events in trial_events(report):
         check_inprocess_kill(row, events)
@@ -174,7 +179,7 @@ def check_recovery_time(row: dict[str, Any], events: list[dict[str, Any]], step_
 
 @pytest.mark.timeout(120)
 def test_inprocess_stall_is_seen_by_nvrx_before_gloo_but_gloo_cannot_be_aborted(run_scenario) -> None:
-    report = run_scenario(INPROCESS.format(trials=1, sweep=STALL))
+    report = run_scenario(INPROCESS.format(trials=1, sweep=STALL, hard=STALL_HARD_S))
     ((row, events),) = trial_events(report)
     assert row["outcome"] == "recovered", row
     assert row["detect_how"] == "nvrx_monitor_thread", "NVRx's soft timeout, not gloo, told the survivors"
