@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from bench.strategies import STRATEGIES
 from bench.workloads import WORKLOADS
 
 if TYPE_CHECKING:
+    from bench.procs.cluster import Cluster
     from bench.results.writer import RunDir
 
 
@@ -122,6 +125,20 @@ def validate(files: tuple[str, ...]) -> None:
     "--env torch==2.14.1; quote several requirements): a sweep of launch.env. Each is "
     "built once into a cached virtual environment.",
 )
+@click.option(
+    "--agents-at",
+    metavar="ADDR:PORT",
+    help="The hosts' agents were started by the cluster (srun/ssh: ftbench host --serve --controller "
+    "ADDR:PORT): serve the run's store on this one address, wait for them, run every host there "
+    "(sets launch.agents = true; docs/multihost.md).",
+)
+@click.option(
+    "--agents-wait-s",
+    type=click.FloatRange(min=1, max=86400),
+    default=300.0,
+    show_default=True,
+    help="How long to wait for those agents to join.",
+)
 @click.option("--point", "only", multiple=True, hidden=True, help="Run only this point hash (a child harness).")
 @SET_OPTION
 @errors
@@ -131,14 +148,21 @@ def run(
     out: Path,
     resume: Path | None,
     env_specs: tuple[str, ...],
+    agents_at: str | None,
+    agents_wait_s: float,
     only: tuple[str, ...],
     sets: tuple[str, ...],
 ) -> None:
     """Run every point of SCENARIO and print its figures."""
+    from bench.procs.launcher import LaunchError
     from bench.results.summary import format_point, format_side_by_side
     from bench.results.writer import RunDir
     from bench.run.runner import resume_scenario
     from bench.run.runner import run as run_scenario
+
+    cluster = _cluster(agents_at, agents_wait_s, env_specs)
+    if cluster is not None:
+        sets += ("launch.agents=true",)
 
     if resume is not None:
         rundir = RunDir(resume)
@@ -153,7 +177,12 @@ def run(
 
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        report = run_scenario(sc, out=out, trials=trials, resume=rundir, argv=sys.argv, only=set(only) or None)
+        report = run_scenario(
+            sc, out=out, trials=trials, resume=rundir, argv=sys.argv, only=set(only) or None, cluster=cluster
+        )
+    except LaunchError as err:  # the cluster's agents never came, or its address cannot be served
+        click.echo(f"ftbench: error: {err}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo(
             "\nftbench: interrupted; finished trials are kept. Complete the run with:\n"
@@ -190,6 +219,21 @@ def cleanup() -> None:
     click.echo(f"cleanup: {len(removed)} item(s) removed" if removed else "cleanup: nothing left behind")
 
 
+def _cluster(agents_at: str | None, wait_s: float, env_specs: tuple[str, ...]) -> Cluster | None:
+    """The run's rendezvous with agents the cluster started, from ``--agents-at``."""
+    if agents_at is None:
+        return None
+    from bench.procs.cluster import Cluster, parse_address
+
+    if env_specs:
+        raise click.UsageError("--agents-at and --env cannot be combined yet (each environment is a child harness)")
+    try:
+        address, port = parse_address(agents_at)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--agents-at") from None
+    return Cluster(address, port, wait_s=wait_s)
+
+
 def _toml_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
@@ -202,21 +246,61 @@ def _latest_run(out: Path, name: str, rundir: RunDir | None) -> Path:
 
 
 @cli.command("host")
-@click.option("--controller", required=True, metavar="ADDR:PORT", help="The trial's c10d store (the harness).")
-@click.option("--host", "name", required=True, metavar="hN", help="This host's name in the trial (h0, h1, ...).")
+@click.option(
+    "--controller",
+    required=True,
+    metavar="ADDR:PORT",
+    help="The harness: its trial store, or with --serve its run store.",
+)
+@click.option(
+    "--host",
+    "name",
+    metavar="hN",
+    help="This host's name in the run (h0, h1, ...); default under srun: h$SLURM_PROCID.",
+)
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Started by the cluster (srun, ssh): join the run at --controller (ftbench run --agents-at) and "
+    "serve each of its trials until it ends.",
+)
 @click.option(
     "--events-dir",
-    required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The trial's events directory (shared between the hosts).",
+    help="The trial's events directory (one trial, started by the harness; shared between the hosts).",
 )
-@click.option("--deadline-s", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option(
+    "--deadline-s",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Give up after this long (with --serve: the whole run).",
+)
 @click.option("--hostname", default="", help="Set this host's name first (a host that is a UTS namespace).")
 @errors
-def host_agent(controller: str, name: str, events_dir: Path, deadline_s: float, hostname: str) -> None:
-    """Run this host's part of a multi-host trial (started on every host by the harness,
-    srun or ssh; docs/multihost.md): register, align clocks, start and supervise this
-    host's ranks, carry out the faults aimed at them."""
+def host_agent(
+    controller: str, name: str | None, serve: bool, events_dir: Path | None, deadline_s: float, hostname: str
+) -> None:
+    """Run this host's part of a multi-host run: register, align clocks, start and
+    supervise this host's ranks, carry out the faults aimed at them (docs/multihost.md)."""
+    if name is None:
+        procid = os.environ.get("SLURM_PROCID", "")
+        if not procid.isdecimal():
+            raise click.UsageError("give --host hN (outside srun, whose SLURM_PROCID would name it)")
+        name = f"h{int(procid)}"
+    if not re.fullmatch(r"h[0-9]{1,4}", name):
+        raise click.BadParameter(f"{name!r}: expected h0, h1, ...", param_hint="--host")
+    if serve:
+        from bench.procs.cluster import parse_address
+        from bench.procs.cluster import serve as serve_run
+
+        try:
+            parse_address(controller)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--controller") from None
+        sys.exit(serve_run(controller, name, deadline_s))
+    if events_dir is None:
+        raise click.UsageError("give --events-dir (one trial), or --serve (a run, agents started by the cluster)")
     from bench.procs.agent import main as agent_main
 
     sys.exit(agent_main(controller, name, events_dir, deadline_s, hostname))

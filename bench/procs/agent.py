@@ -30,6 +30,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,6 +65,10 @@ OPS = frozenset({"start", "fault", "elastic", "ending", "stop"})
 TICK_S = 0.005
 """How often the agent looks for commands while it has ranks: it bounds the lag of a
 fault the harness delivers (not any figure: the agent stamps when it acts)."""
+BEAT_S = 0.5
+"""How often the agent counts up ``agent/HOST/beat`` (from a thread with a connection of
+its own, so that starting a forkserver does not look like death): how a harness that did
+not start the agent (srun, ssh) tells that it is still there."""
 
 
 def key(host: str, what: str) -> str:
@@ -258,24 +263,36 @@ class Agent:
 
 
 def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostname: str = "") -> int:
-    """The agent's life; its exit code (0: stopped by the harness)."""
-    import torch.distributed as dist
-
+    """The life of an agent the harness started for one trial; its exit code (0: stopped
+    by the harness)."""
     set_pdeathsig()  # started by the harness itself (one machine): die with it
     if hostname:  # in a UTS namespace of its own (one machine): the name others reach it by
         socket.sethostname(hostname)
-    events_dir.mkdir(parents=True, exist_ok=True)
-    redirect_output(events_dir / f"agent-{host}.log")
     os.environ[HOST_ENV] = host  # every event of this host's processes carries it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return serve_trial(controller, host, events_dir, deadline_s)
+
+
+def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float) -> int:
+    """This host's part of one trial, whose store is at ``controller``: register, measure
+    the clock, carry out the harness's commands until ``stop``, measure again."""
+    import torch.distributed as dist
+
+    events_dir.mkdir(parents=True, exist_ok=True)
+    redirect_output(events_dir / f"agent-{host}.log")
     events = EventWriter(events_dir / f"agent-{host}.jsonl", src="supervisor", pid=os.getpid(), host=host)
     events.emit("proc_start", role="host_agent")
     address, port = controller.rsplit(":", 1)
-    client = dist.TCPStore(address, int(port), None, False, timeout=datetime.timedelta(seconds=deadline_s))
-    store = dist.PrefixStore("ftb", client)
+
+    def connect() -> Any:
+        client = dist.TCPStore(address, int(port), None, False, timeout=datetime.timedelta(seconds=deadline_s))
+        return dist.PrefixStore("ftb", client)
+
+    store = connect()
     deadline = time.monotonic() + deadline_s
     hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "resolution_ns": resolution_ns()}
     store.set(key(host, "hello"), json.dumps(hello))
+    beating = _beat(connect(), host)
     agent = Agent(store, host, events_dir, events)
     try:
         agent.measure("start")
@@ -283,9 +300,29 @@ def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostna
     finally:
         agent.close()
     agent.measure("end")
+    beating.set()
     store.set(key(host, "bye"), "1")
     events.emit("proc_exit", exitcode=0)
+    events.close()
     return 0
+
+
+def _beat(store: Any, host: str) -> threading.Event:
+    """Count ``agent/HOST/beat`` up every :data:`BEAT_S` until the returned event is set
+    (or the store is gone)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while True:
+                store.add(key(host, "beat"), 1)
+                if stop.wait(BEAT_S):
+                    return
+        except Exception:  # the trial's store went away: nobody to tell
+            return
+
+    threading.Thread(target=beat, name="ftbench-beat", daemon=True).start()
+    return stop
 
 
 def command_line(controller: str, host: str, events_dir: Path, deadline_s: float) -> list[str]:

@@ -21,7 +21,7 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.procs.agent import command_line, key, send
 from bench.procs.clock import Offset, Responder, combine
@@ -30,6 +30,17 @@ from bench.results.events import CLOCKS_FILE
 
 if TYPE_CHECKING:
     from bench.strategies.base import TrialContext
+
+
+class AgentProcess(Protocol):
+    """What the launcher needs of an agent: ``subprocess.Popen``'s poll, kill and wait."""
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
 
 BYE_S = 20.0
 """How long an agent may take to stop its ranks and measure its clock again."""
@@ -47,7 +58,8 @@ class AgentLauncher(LocalLauncher):
     deadline_s: float = 60.0
     supervised: bool = True
     """Whether agents record a rank's fault exit as a detection (``Strategy.supervised``)."""
-    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    agents: dict[str, AgentProcess] = field(default_factory=dict)
+    """host -> its agent: a child process, or (agents the cluster started) a handle on it."""
     start_offsets: dict[str, Offset] = field(default_factory=dict)
     clocks: dict[str, dict[str, int]] = field(default_factory=dict)
     """host -> the start offset as :func:`bench.results.events.to_controller` takes it."""
@@ -77,7 +89,7 @@ class AgentLauncher(LocalLauncher):
     def _responder(self, prefix: str) -> Responder:
         return Responder(self.store_client, prefix).start()
 
-    def _spawn(self, host: str, namespace: str, shift_s: int, port: int) -> subprocess.Popen[bytes]:
+    def _spawn(self, host: str, namespace: str, shift_s: int, port: int) -> AgentProcess:
         """``unshare --time --monotonic SHIFT ip netns exec NS python -m bench host ...``:
         unshare's time namespace applies to what it executes, ip netns exec executes the
         agent in the host's network namespace; the agent's ranks inherit both."""
@@ -203,20 +215,27 @@ class AgentLauncher(LocalLauncher):
             if h not in self.start_offsets:
                 continue
             start, end = self.start_offsets[h], ends.get(h)
-            clocks[h] = combine(start, end).as_dict() | {
-                "start": start.as_dict(),
-                "end": end.as_dict() if end else None,
-                "namespace": self.hosts[i],
-                "monotonic_shift_ns": int((i + 1) * self.clock_shift_s * 1e9),
-            }
+            clocks[h] = (
+                combine(start, end).as_dict()
+                | {"start": start.as_dict(), "end": end.as_dict() if end else None}
+                | self.host_record(i, h)
+            )
         (self.events_dir / CLOCKS_FILE).write_text(json.dumps(clocks, indent=1))
+
+    def host_record(self, index: int, host: str) -> dict[str, Any]:
+        """What ``clocks.json`` says of a host besides its offset: here its namespace and
+        the true shift of its clock, which a test compares the estimate with."""
+        return {"namespace": self.hosts[index], "monotonic_shift_ns": int((index + 1) * self.clock_shift_s * 1e9)}
 
 
 def for_trial(ctx: TrialContext, *, start_method: str, supervised: bool) -> AgentLauncher:
-    """The agent launcher of a trial with ``launch.agents``: one host per namespace of the
-    trial's topology, the store with the harness."""
+    """The agent launcher of a trial with ``launch.agents``: the agents the cluster started
+    (``--agents-at``), else one host per namespace of the trial's topology; the store
+    with the harness."""
     from injectors.link.netns import Topology
 
+    if ctx.cluster is not None:
+        return ctx.cluster.launcher(ctx, start_method=start_method, supervised=supervised)
     assert isinstance(ctx.network, Topology), "launch.agents runs every host in a namespace of a topology"
     launch = ctx.scenario.launch
     hosts = ctx.scenario.workload.world_size // launch.ranks_per_host

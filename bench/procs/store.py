@@ -20,13 +20,13 @@ _SOCKETS: list[socket.socket] = []
 """Listening sockets handed to stores: kept open for the life of the process."""
 
 
-def bound_store(host: str = "127.0.0.1", *, timeout_s: float) -> dist.TCPStore:
-    """A store server listening on ``host`` only, on a free port (``store.port``)."""
+def bound_store(host: str = "127.0.0.1", *, timeout_s: float, port: int = 0) -> dist.TCPStore:
+    """A store server listening on ``host`` only, on ``port`` (0: a free one; ``store.port``)."""
     import torch.distributed as dist
 
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    sock.bind((host, port))
     sock.listen(1024)
     _SOCKETS.append(sock)
     return dist.TCPStore(

@@ -88,7 +88,8 @@ class RankSpec:
     """Network namespace of the rank's host (entered before any socket exists)."""
     ifname: str = "lo"
     """The interface gloo uses (``GLOO_SOCKET_IFNAME``): loopback on one host, so that
-    its listening sockets are reachable from this host only; ``eth0`` for namespaced hosts."""
+    its listening sockets are reachable from this host only; ``eth0`` for namespaced hosts;
+    "" on a cluster's hosts (the host's own setting, else gloo's choice by host name)."""
     env: dict[str, str] = field(default_factory=dict)
     """Set in the rank's environment before anything else runs (``launch.nccl``)."""
     pdeathsig: bool = True
@@ -106,7 +107,8 @@ def main(spec: RankSpec) -> None:
 
         enter(spec.netns)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", spec.ifname)
-    os.environ["GLOO_SOCKET_IFNAME"] = spec.ifname
+    if spec.ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = spec.ifname
     os.environ.update(spec.env)
     # As torchrun does for its workers: one OpenMP thread per rank unless the user said
     # otherwise (idle OpenMP threads spin, and ranks share the cores).

@@ -9,6 +9,7 @@ SIGTERM) ends the current trial cleanly, keeps the finished ones and marks the r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import bench
 from bench.procs import environment, envs
@@ -31,6 +32,9 @@ from bench.scenario.loader import identity, parse, points, requirements, uses_na
 from bench.scenario.model import Point, Scenario
 from bench.strategies import STRATEGIES
 from bench.strategies.base import TrialContext
+
+if TYPE_CHECKING:
+    from bench.procs.cluster import Cluster
 
 Progress = Callable[[str], None]
 ENV_SPEC = "FTBENCH_ENV_SPEC"
@@ -61,10 +65,12 @@ def run(
     argv: list[str] | None = None,
     host: ProcessHost | None = None,
     only: set[str] | None = None,
+    cluster: Cluster | None = None,
 ) -> RunReport:
     """Run the scenario; ``host`` lets several runs share one forkserver (tests do);
     ``only`` restricts the run to these point hashes (a child harness running the
-    points of one environment, see :meth:`Session.run_point`)."""
+    points of one environment, see :meth:`Session.run_point`); ``cluster``: the host
+    agents the cluster started, which the run waits for, uses and then dismisses."""
     if trials is not None:
         scenario = replace(scenario, measure=replace(scenario.measure, trials=trials))
     pts = points(scenario)
@@ -79,8 +85,13 @@ def run(
     pts = [p for p in pts if only is None or p.point_hash in only]
     progress(f"ftbench: {scenario.name}: {len(pts)} point(s) x {n} trial(s) -> {rundir.path}")
     session = Session(rundir=rundir, info=info, done=rundir.finished(), progress=progress, trials=n, total=len(pts) * n)
+    session.cluster = cluster
     status = "interrupted"
     try:
+        if cluster is not None:
+            w = [p.scenario for p in pts]
+            cluster.open(max((s.workload.world_size // s.launch.ranks_per_host for s in w), default=0), progress)
+            info["cluster"] = {h: dataclasses.asdict(a) for h, a in cluster.agents.items()}
         with contextlib.nullcontext(host) if host else ProcessHost() as session.host:
             packages = sorted({p for name in STRATEGIES.names() for p in STRATEGIES[name].packages})
             info.setdefault("versions", environment.versions(packages))
@@ -89,6 +100,8 @@ def run(
                 session.run_point(point)
         status = "complete" if only is None else "running"  # a child harness: the parent ends the run
     finally:
+        if cluster is not None:
+            cluster.close()
         stats = point_stats(rundir.rows())
         info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped)
         rundir.write_run_json(info)
@@ -109,6 +122,7 @@ class Session:
     total: int
     counter: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
+    cluster: Cluster | None = None
     host: ProcessHost = field(init=False)
 
     def run_point(self, point: Point) -> None:
@@ -122,7 +136,7 @@ class Session:
         try:
             w = point.scenario.workload
             backend = environment.resolve_backend(w.backend, w.world_size)
-            why = unavailable(point.scenario)
+            why = unavailable(point.scenario, cluster=self.cluster is not None)
             if backend != "nccl" and point.scenario.launch.nccl.environment():
                 why = (
                     f"launch.nccl is set but this point runs on {backend} (no GPU here): the NCCL knobs would not apply"
@@ -136,13 +150,14 @@ class Session:
             return
         _stage_overhead(point.scenario, self.info, self.progress, run_id=self.host.run_id)
         self._exposure(point)
-        reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress)
+        reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress, self.cluster)
         for trial in range(self.trials):
             self.counter += 1
             if (point.point_hash, trial, False) in self.done:
                 continue
             result = run_trial(
-                context(point, trial, self.host, self.rundir, backend, fault_free=False), reference=reference
+                context(point, trial, self.host, self.rundir, backend, fault_free=False, cluster=self.cluster),
+                reference=reference,
             )
             record(self.rundir, point, trial, backend, result, reference=False)
             self.progress(_progress_line(self.counter, self.total, point, trial, self.trials, result))
@@ -235,12 +250,18 @@ def resume_scenario(rundir: RunDir) -> tuple[Scenario, int]:
 
 
 def _reference(
-    point: Point, host: ProcessHost, rundir: RunDir, backend: str, done: set[tuple[str, int, bool]], progress: Progress
+    point: Point,
+    host: ProcessHost,
+    rundir: RunDir,
+    backend: str,
+    done: set[tuple[str, int, bool]],
+    progress: Progress,
+    cluster: Cluster | None,
 ) -> TrialFacts | None:
     """Run (or reuse) the point's fault-free reference trial, if the scenario asks for one."""
     if not point.scenario.measure.reference:
         return None
-    ctx = context(point, 0, host, rundir, backend, fault_free=True)
+    ctx = context(point, 0, host, rundir, backend, fault_free=True, cluster=cluster)
     if (point.point_hash, 0, True) in done:
         from bench.results.events import read_events
         from bench.results.facts import trial_facts
@@ -284,7 +305,14 @@ def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress
 
 
 def context(
-    point: Point, trial: int, host: ProcessHost, rundir: RunDir, backend: str, *, fault_free: bool
+    point: Point,
+    trial: int,
+    host: ProcessHost,
+    rundir: RunDir,
+    backend: str,
+    *,
+    fault_free: bool,
+    cluster: Cluster | None = None,
 ) -> TrialContext:
     events_dir = rundir.events_dir(point, "reference" if fault_free else trial)
     return TrialContext(
@@ -297,6 +325,7 @@ def context(
         backend=backend,
         deadline_s=point.scenario.measure.deadline_s,
         fault_free=fault_free,
+        cluster=cluster,
     )
 
 

@@ -101,6 +101,8 @@ def _network(ctx: TrialContext) -> TrialNetwork | None:
     from injectors.link import netns, system
 
     s, tag = ctx.scenario, system.tag_for(ctx.host.run_id)
+    if ctx.cluster is not None:
+        return None  # real hosts: their own networks
     if uses_namespaces(s) or s.launch.agents:
         return netns.Topology.create(
             tag, s.workload.world_size // s.launch.ranks_per_host, wire_packets=s.launch.wire_packets
@@ -187,13 +189,13 @@ def _result(ctx: TrialContext, job: Job, outcome: str, start: int, reference: Tr
     )
 
 
-def unavailable(scenario: Scenario) -> str | None:
+def unavailable(scenario: Scenario, *, cluster: bool = False) -> str | None:
     """Why this point cannot run on this machine (no root for namespaces, no NFQUEUE
     stage...), or None. Checked before its trials, so a point is skipped with a reason
-    instead of failing each trial."""
+    instead of failing each trial. ``cluster``: the hosts are real (``--agents-at``)."""
     job: type[Job] = STRATEGIES[scenario.recovery.strategy].load()
-    why = job.unavailable(scenario) or _agents_unavailable(scenario)
-    if why or not (uses_namespaces(scenario) or scenario.launch.agents):
+    why = job.unavailable(scenario) or _agents_unavailable(scenario, cluster=cluster)
+    if why or cluster or not (uses_namespaces(scenario) or scenario.launch.agents):
         return why
     from injectors.link import system
 
@@ -208,7 +210,7 @@ def unavailable(scenario: Scenario) -> str | None:
     return None
 
 
-def _agents_unavailable(scenario: Scenario) -> str | None:
+def _agents_unavailable(scenario: Scenario, *, cluster: bool) -> str | None:
     """Why ``launch.agents`` cannot run here, or None (also when it is off)."""
     if not scenario.launch.agents:
         return None
@@ -216,7 +218,7 @@ def _agents_unavailable(scenario: Scenario) -> str | None:
     strategy = STRATEGIES[scenario.recovery.strategy]
     if not strategy.agents:
         return f"launch.agents: strategy {strategy.name} does not run under host agents yet (docs/multihost.md)"
-    if shutil.which("unshare") is None:
+    if shutil.which("unshare") is None and not cluster:
         return "launch.agents: unshare (util-linux) is not installed; host clocks are time namespaces"
     if any(FAULTS[f.kind].family == "link" for f in scenario.faults):
         return "launch.agents: link faults are not carried out by host agents yet (docs/multihost.md)"

@@ -6,11 +6,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.procs.launcher import ProcessHost
 from bench.rank.entry import HookSpec, RankSpec
 from bench.scenario.model import Point, Scenario
+
+if TYPE_CHECKING:
+    from bench.procs.cluster import Cluster
 
 
 class TrialNetwork(Protocol):
@@ -49,6 +52,9 @@ class TrialContext:
     """A reference run: same point and seed, no faults injected."""
     network: TrialNetwork | None = None
     """The trial's network namespaces, or None (everything on the host's loopback)."""
+    cluster: Cluster | None = None
+    """Host agents the cluster started (``ftbench run --agents-at``): the trial's ranks
+    run on real hosts, its store listens on the address they reach."""
 
     @property
     def scenario(self) -> Scenario:
@@ -63,6 +69,8 @@ class TrialContext:
     @property
     def store_host(self) -> str:
         """Where the launcher's store listens and ranks reach it."""
+        if self.cluster is not None:
+            return self.cluster.address
         return self.network.store_address if self.network is not None else "127.0.0.1"
 
     @property
@@ -71,7 +79,10 @@ class TrialContext:
 
     @property
     def ifname(self) -> str:
-        """The interface ranks' collectives use (``GLOO_SOCKET_IFNAME``)."""
+        """The interface ranks' collectives use (``GLOO_SOCKET_IFNAME``; "" on real hosts:
+        gloo's own choice, or what the host's environment sets)."""
+        if self.cluster is not None:
+            return ""
         return self.network.ifname if self.network is not None else "lo"
 
 

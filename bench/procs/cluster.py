@@ -1,0 +1,288 @@
+"""Host agents that the cluster's own launcher started (``srun``, ``ssh``), not the harness.
+
+On one machine the harness starts one agent per trial inside each host's namespaces
+(:mod:`bench.procs.agents`). On a cluster the agents are started once, before the
+harness knows anything of its trials, by whatever starts programs on the nodes:
+
+    srun --ntasks-per-node=1 ftbench host --serve --controller HEAD:PORT --host h$SLURM_PROCID
+    ftbench run SCENARIO --agents-at HEAD:PORT           # on the head node
+
+so they meet in a **run store**: a c10d store the harness serves on the one address and
+port named by ``--agents-at`` (an address the agents reach; nothing else listens beyond
+loopback). Each agent posts ``hello/HOST`` (its host name, pid, and the address it
+reaches the harness from, which the hosts' elastic agents rendezvous on), then waits for
+its next assignment ``trial/HOST/N``: the trial store's address, the trial's events
+directory and deadline. It serves that trial exactly as an agent the harness started
+(:func:`bench.procs.agent.serve_trial`), sweeps what the trial left on its host, and
+waits for the next one, until the harness posts ``done`` or goes away.
+
+The harness cannot see or signal these processes, so it watches each agent through the
+trial store: an agent counts ``agent/HOST/beat`` up twice a second while it serves, and
+one that has not beaten for :data:`LOST_S` is lost (its ranks with it). Event logs and
+checkpoints go to the run directory, which the hosts must share (a cluster file system).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing.forkserver
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.procs.agent import key
+from bench.procs.agents import AgentLauncher
+from bench.procs.hygiene import MARKER, sweep
+from bench.procs.launcher import LaunchError
+from bench.results.events import HOST_ENV
+
+if TYPE_CHECKING:
+    from bench.strategies.base import TrialContext
+
+PREFIX = "ftbrun"
+"""The run store's key prefix (a trial store's is ``ftb``)."""
+LOST_S = 10.0
+"""An agent whose beat has not moved for this long is lost: far above its
+:data:`~bench.procs.agent.BEAT_S`, so a loaded host is not taken for a dead one."""
+POLL_S = 0.05
+"""How often a waiting agent looks for its next assignment."""
+CHECK_S = 0.1
+"""How often the harness looks at an agent's beat: bounds when it learns of a lost
+host beyond :data:`LOST_S` (the ranks' own detection is stamped where it happens)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """What an agent said of itself when it joined the run."""
+
+    host: str
+    hostname: str
+    address: str
+    """The address it reaches the harness from: where the others reach it."""
+    pid: int
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``ADDR:PORT`` (``[v6]:PORT`` too) to a bindable address and a port; ValueError
+    naming what is wrong. A wildcard is refused: the run store listens on one address."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdecimal() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r}: expected ADDR:PORT with a port in 1..65535")
+    if host in ("0.0.0.0", "::", "*"):
+        raise ValueError(f"{text!r}: name the one address the agents reach, not a wildcard")
+    try:
+        address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except OSError as exc:
+        raise ValueError(f"{text!r}: {host!r} does not resolve ({exc.strerror})") from exc
+    return str(address), int(port)
+
+
+class Cluster:
+    """The harness's side of a run whose host agents were started by the cluster: the run
+    store, the agents that joined it, and each trial's launcher."""
+
+    def __init__(self, address: str, port: int, *, wait_s: float = 300.0) -> None:
+        self.address, self.port, self.wait_s = address, port, wait_s
+        self.agents: dict[str, AgentInfo] = {}
+        self.assigned: dict[str, int] = {}
+        self._server: Any = None
+        self._store: Any = None
+
+    def open(self, hosts: int, progress: Callable[[str], None]) -> None:
+        """Serve the run store and wait until agents ``h0`` .. ``h{hosts-1}`` joined."""
+        import torch.distributed as dist
+
+        from bench.procs.store import bound_store
+
+        try:
+            self._server = bound_store(self.address, timeout_s=60, port=self.port)
+        except OSError as exc:
+            raise LaunchError(f"--agents-at {self.address}:{self.port}: cannot listen there ({exc.strerror})") from exc
+        self._store = dist.PrefixStore(PREFIX, self._server)
+        names = [f"h{i}" for i in range(hosts)]
+        where = f"{self.address}:{self.port}"
+        progress(f"  waiting up to {self.wait_s:.0f} s for host agents {', '.join(names)} at {where}")
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            missing = [h for h in names if not self._store.check([f"hello/{h}"])]
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                joined = sorted(set(names) - set(missing)) or ["none"]
+                raise LaunchError(
+                    f"host agents {', '.join(missing)} did not join {self.address}:{self.port} within "
+                    f"{self.wait_s:.0f} s (joined: {', '.join(joined)}); start one `ftbench host --serve` per host"
+                )
+            time.sleep(POLL_S)
+        for h in names:
+            hello = json.loads(self._store.get(f"hello/{h}"))
+            self.agents[h] = AgentInfo(h, str(hello["hostname"]), str(hello["address"]), int(hello["pid"]))
+            progress(f"  host agent {h}: {self.agents[h].hostname} ({self.agents[h].address}), pid {hello['pid']}")
+
+    def assign(self, host: str, *, controller: str, events_dir: Path, deadline_s: float) -> None:
+        """Hand ``host``'s agent its next trial."""
+        n = self.assigned.get(host, 0)
+        self.assigned[host] = n + 1
+        body = {"controller": controller, "events_dir": str(events_dir), "deadline_s": deadline_s}
+        self._store.set(f"trial/{host}/{n}", json.dumps(body))
+
+    def launcher(self, ctx: TrialContext, *, start_method: str, supervised: bool) -> ClusterLauncher:
+        hosts = ctx.scenario.workload.world_size // ctx.scenario.launch.ranks_per_host
+        names = [f"h{i}" for i in range(hosts)]
+        missing = [h for h in names if h not in self.agents]
+        if missing:
+            raise LaunchError(f"this point needs host agents {', '.join(missing)}, which did not join the run")
+        return ClusterLauncher(
+            host=ctx.host,
+            start_method=start_method,
+            address=self.address,
+            trial_dir=ctx.trial_dir,
+            events_dir=ctx.events_dir,
+            hosts=tuple(self.agents[h].hostname for h in names),
+            addresses=tuple(self.agents[h].address for h in names),
+            ranks_per_host=ctx.scenario.launch.ranks_per_host,
+            deadline_s=ctx.deadline_s,
+            supervised=supervised,
+            cluster=self,
+        )
+
+    def close(self) -> None:
+        """Tell every agent the run is over (each exits 0)."""
+        if self._store is not None:
+            self._store.set("done", "1")
+            deadline = time.monotonic() + 2.0  # let them read it before the store goes
+            while time.monotonic() < deadline and any(not self._store.check([f"left/{h}"]) for h in self.agents):
+                time.sleep(POLL_S)
+        self._server = self._store = None
+
+
+@dataclass
+class RemoteAgent:
+    """An agent the harness did not start, seen through the trial store: the subset of
+    ``subprocess.Popen`` the agent launcher uses (``poll``, ``kill``, ``wait``)."""
+
+    control: Any
+    host: str
+    since: float = field(default_factory=time.monotonic)
+    beat: int = -1
+    returncode: int | None = None
+    checked: float = 0.0
+
+    def poll(self) -> int | None:
+        """None while the agent serves the trial; 0 once it said bye, -9 once it is lost.
+        Asks the store at most every :data:`CHECK_S` (the launcher polls every few ms)."""
+        if self.returncode is not None or time.monotonic() - self.checked < CHECK_S:
+            return self.returncode
+        self.checked = time.monotonic()
+        if self.control.check([key(self.host, "bye")]):
+            self.returncode = 0
+            return 0
+        beat = int(self.control.add(key(self.host, "beat"), 0))
+        now = time.monotonic()
+        if beat != self.beat:
+            self.beat, self.since = beat, now
+        elif now - self.since > LOST_S:
+            self.returncode = -9
+        return self.returncode
+
+    def kill(self) -> None:
+        """Nothing to signal from here: the agent stops on ``stop``, its launcher ends it."""
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (LOST_S if timeout is None else timeout)
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"host agent {self.host}", timeout or LOST_S)
+            time.sleep(POLL_S)
+        return code
+
+
+@dataclass
+class ClusterLauncher(AgentLauncher):
+    """The agent launcher of a trial whose agents the cluster started: each is handed the
+    trial instead of being spawned for it; the clocks are the hosts' own."""
+
+    cluster: Cluster | None = None
+
+    def _spawn(self, host: str, namespace: str, shift_s: int, port: int) -> Any:
+        assert self.cluster is not None
+        self.cluster.assign(
+            host, controller=f"{self.address}:{port}", events_dir=self.events_dir, deadline_s=self.deadline_s
+        )
+        return RemoteAgent(self.control, host)
+
+    def host_record(self, index: int, host: str) -> dict[str, Any]:
+        assert self.cluster is not None
+        agent = self.cluster.agents[host]
+        return {"hostname": agent.hostname, "address": agent.address, "agent_pid": agent.pid}
+
+
+def serve(controller: str, host: str, deadline_s: float) -> int:
+    """The life of an agent the cluster started: join the run at ``controller``, serve
+    each trial the harness assigns, until it says ``done`` (exit 0), goes away (exit 3) or
+    ``deadline_s`` passes (exit 4)."""
+    import torch.distributed as dist
+
+    from bench.procs.agent import serve_trial
+
+    os.environ[HOST_ENV] = host
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # What this agent starts carries a marker of its own: what a trial leaves on this host
+    # (an elastic agent's orphaned workers) is found and killed before the next one.
+    marker = f"agent-{host}-{os.getpid()}"
+    os.environ[MARKER] = marker
+    deadline = time.monotonic() + deadline_s
+    address, port = parse_address(controller)
+
+    def say(text: str) -> None:
+        sys.stderr.write(f"ftbench host {host}: {text}\n")
+        sys.stderr.flush()
+
+    try:
+        client = dist.TCPStore(address, port, None, False, timeout=datetime.timedelta(seconds=deadline_s))
+        store = dist.PrefixStore(PREFIX, client)
+        hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "address": _local_address(address, port)}
+        store.set(f"hello/{host}", json.dumps(hello))
+        say(f"joined the run at {address}:{port} as {hello['hostname']} ({hello['address']})")
+        console = os.dup(1), os.dup(2)  # a trial sends them to its own log; back after it
+        n = 0
+        while time.monotonic() < deadline:
+            if store.check(["done"]):
+                store.set(f"left/{host}", "1")
+                say(f"the run is over after {n} trial(s)")
+                return 0
+            if not store.check([f"trial/{host}/{n}"]):
+                time.sleep(POLL_S)
+                continue
+            trial = json.loads(store.get(f"trial/{host}/{n}"))
+            n += 1
+            try:
+                serve_trial(str(trial["controller"]), host, Path(str(trial["events_dir"])), float(trial["deadline_s"]))
+            except Exception as exc:  # the trial's store went away mid-trial: the next trial may still come
+                say(f"trial {n} ended with {type(exc).__name__}: {exc}")
+            finally:  # what the trial left, but the forkserver: it serves the next trial
+                forkserver = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+                sweep(marker, keep={forkserver} if forkserver else ())
+                os.dup2(console[0], 1)
+                os.dup2(console[1], 2)
+        say(f"no word from the harness within --deadline-s {deadline_s:g}")
+        return 4
+    except (RuntimeError, OSError) as exc:  # the harness (its run store) is gone
+        say(f"the harness went away: {exc}")
+        return 3
+
+
+def _local_address(address: str, port: int) -> str:
+    """The address of this host on the route to the harness (no packet is sent)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((address, port))
+        return str(s.getsockname()[0])

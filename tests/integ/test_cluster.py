@@ -1,0 +1,134 @@
+"""Host agents that the cluster started, not the harness (``ftbench host --serve``, as
+srun or ssh start them), joining a run at ``ftbench run --agents-at`` (docs/multihost.md).
+
+The agents here are started the way ssh would start them: not children of the run, no
+run marker, each in a time namespace whose CLOCK_MONOTONIC runs (i + 1) x 1000 s ahead of
+the harness's. The harness is told nothing of those shifts; a wrong clock alignment
+would show as figures off by 1000 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import cli
+from bench.procs.cluster import Cluster
+from bench.procs.hygiene import MARKER, alive, marked
+from bench.strategies.elastic import free_port
+from tests.integ.conftest import rows
+
+pytestmark = [
+    pytest.mark.integ,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("unshare") is None, reason="time namespaces need root and unshare"
+    ),
+]
+
+SHIFT_S = 1000
+SCENARIO = """
+name = "cluster"
+[workload]
+kind = "ddp"
+world_size = 4
+steps = 120
+pg_timeout_s = 5
+[launch]
+ranks_per_host = 2
+agents = true
+[[faults]]
+kind = "kill"
+target = { host = 1 }
+trigger = { at_step = 40, jitter = "step" }
+[recovery]
+strategy = "reinit"
+[measure]
+trials = 2
+deadline_s = 60
+"""
+
+
+def start_agents(port: int, n: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+    """``ftbench host --serve`` on every host, as ssh would start it."""
+    env = {k: v for k, v in os.environ.items() if k != MARKER}
+    agents = []
+    for i in range(n):
+        argv = ["unshare", "--time", "--monotonic", str((i + 1) * SHIFT_S), sys.executable, "-m", "bench", "host"]
+        argv += ["--serve", "--controller", f"127.0.0.1:{port}", "--host", f"h{i}", "--deadline-s", "240"]
+        with open(logs / f"agent-h{i}.out", "wb") as out:
+            agents.append(subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True))
+    return agents
+
+
+def agent_processes() -> list[int]:
+    """Live processes that a serving agent marked as its own."""
+    return [pid for pid, run in marked().items() if run.startswith("agent-h") and alive(pid)]
+
+
+@pytest.mark.timeout(240)
+def test_a_run_on_agents_the_cluster_started(run_scenario, tmp_path: Path) -> None:
+    port = free_port()
+    agents = start_agents(port, 2, tmp_path)
+    try:
+        report = run_scenario(SCENARIO, cluster=Cluster("127.0.0.1", port, wait_s=60))
+        codes = [a.wait(timeout=30) for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+    logs = [(tmp_path / f"agent-h{i}.out").read_text() for i in range(2)]
+    assert codes == [0, 0], logs
+    assert all("the run is over after 2 trial(s)" in log for log in logs), logs
+    assert report.status == "complete"
+    trials = rows(report)
+    assert [r["outcome"] for r in trials] == ["recovered", "recovered"], trials
+    for r in trials:  # a wrong alignment gives -1000 s or +1000 s
+        assert 0 < r["ttd_s"] < 5, r
+        assert 0 <= r["ttd_err_s"] < 0.01, r
+    info = report.rundir.read_run_json()
+    assert sorted(info["cluster"]) == ["h0", "h1"]
+    for trial in next(iter(info["host_clocks"].values())).values():
+        for h, clock in trial.items():
+            truth = -(int(h[1:]) + 1) * SHIFT_S * 10**9  # known to the test only
+            assert abs(clock["offset_ns"] - truth) <= clock["err_ns"], (h, clock)
+            assert "monotonic_shift_ns" not in clock, "the harness cannot know a real host's clock"
+    assert agent_processes() == [], "every agent swept what its trials left"
+
+
+@pytest.mark.timeout(60)
+def test_agents_that_never_join_are_one_clear_error(tmp_path: Path) -> None:
+    scenario = tmp_path / "cluster.toml"
+    scenario.write_text(SCENARIO)
+    port = free_port()
+    args = ["run", str(scenario), "--out", str(tmp_path), "--agents-at", f"127.0.0.1:{port}", "--agents-wait-s", "1"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("ftbench: error")]
+    assert "host agents h0, h1 did not join" in line and "joined: none" in line
+    (run_json,) = tmp_path.glob("cluster/*/run.json")
+    assert json.loads(run_json.read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "kill-one-rank", "--agents-at", "0.0.0.0:29600"], "not a wildcard"),
+        (["run", "kill-one-rank", "--agents-at", "127.0.0.1"], "ADDR:PORT"),
+        (["run", "kill-one-rank", "--agents-at", "127.0.0.1:1", "--env", "torch==2.13.0"], "cannot be combined"),
+        (["host", "--serve", "--controller", "127.0.0.1:1", "--host", "node7"], "expected h0, h1"),
+        (["host", "--controller", "127.0.0.1:1", "--host", "h0"], "--events-dir"),
+    ],
+)
+def test_cluster_options_are_checked_before_anything_runs(args: list[str], says: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert says in result.output
