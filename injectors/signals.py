@@ -1,4 +1,5 @@
-"""Process faults by signal: kill (SIGKILL, SIGTERM, SIGSEGV) and stall (SIGSTOP/SIGCONT).
+"""Process faults by signal: kill (SIGKILL, SIGTERM, SIGSEGV), stall (SIGSTOP/SIGCONT) and
+a whole host's loss (SIGKILL to everything of the host, run by its agent).
 
 The caller stamps the injection time immediately before :meth:`inject`; the signal is
 queued by the kernel within microseconds of the ``kill(2)`` call.
@@ -43,6 +44,42 @@ class Kill:
 
     def undo(self) -> None:
         """Nothing to revert: a dead process stays dead."""
+
+
+class HostDown:
+    """One-shot, run by a host's agent: SIGKILL every process below the agent (ranks,
+    forkserver, an elastic agent and its workers), deepest first so that nobody is left
+    to restart anyone. The agent then vanishes too (:mod:`bench.procs.agent`)."""
+
+    duration_s: float | None = None
+    ends_host = True
+
+    def inject(self, target: Target) -> dict[str, Any]:
+        return {"signal": "SIGKILL", "signalled": _send(descendants(os.getpid())[::-1], signal.SIGKILL)}
+
+    def undo(self) -> None:
+        """Nothing to revert: a lost host stays lost for the rest of the trial."""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, parents before their children."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    queue = list(children.get(pid, []))
+    while queue:
+        p = queue.pop(0)
+        out.append(p)
+        queue.extend(children.get(p, []))
+    return out
 
 
 class Stall:

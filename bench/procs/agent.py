@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -124,6 +125,8 @@ class Agent:
         self.stopping = False
         self.elastic: subprocess.Popen[bytes] | None = None
         """The host's elastic agent (torchrun), for strategies that run one per host."""
+        self.vanished = False
+        """A whole-host fault took this host away: the agent ends without a word."""
 
     def measure(self, phase: str) -> None:
         pinger = StorePinger(self.store, f"clock/{self.host}/{phase}")
@@ -181,6 +184,8 @@ class Agent:
         common = dict(cmd["common"])
         detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
         self.events.emit("arm" if kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
+        if getattr(injector, "ends_host", False):
+            self.vanished = self.stopping = True
 
     def do_elastic(self, cmd: dict[str, Any]) -> None:
         """Start this host's elastic agent (torchrun --nnodes N): the strategy's own
@@ -273,9 +278,14 @@ def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostna
     return serve_trial(controller, host, events_dir, deadline_s)
 
 
-def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float) -> int:
+def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float, *, serving: bool = False) -> int:
     """This host's part of one trial, whose store is at ``controller``: register, measure
-    the clock, carry out the harness's commands until ``stop``, measure again."""
+    the clock, carry out the harness's commands until ``stop``, measure again.
+
+    A whole-host fault ends the host: an agent the harness started SIGKILLs itself (its
+    process is the host's last); one that serves a run for the cluster (``serving``) goes
+    silent for the rest of the trial instead, which is how the harness sees a lost host
+    it cannot signal, and serves the next trial."""
     import torch.distributed as dist
 
     events_dir.mkdir(parents=True, exist_ok=True)
@@ -299,6 +309,12 @@ def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float)
         agent.run(deadline)
     finally:
         agent.close()
+    if agent.vanished:
+        events.close()
+        beating.set()
+        if not serving:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return 0
     agent.measure("end")
     beating.set()
     store.set(key(host, "bye"), "1")

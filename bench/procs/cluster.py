@@ -265,7 +265,13 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
             trial = json.loads(store.get(f"trial/{host}/{n}"))
             n += 1
             try:
-                serve_trial(str(trial["controller"]), host, Path(str(trial["events_dir"])), float(trial["deadline_s"]))
+                serve_trial(
+                    str(trial["controller"]),
+                    host,
+                    Path(str(trial["events_dir"])),
+                    float(trial["deadline_s"]),
+                    serving=True,
+                )
             except Exception as exc:  # the trial's store went away mid-trial: the next trial may still come
                 say(f"trial {n} ended with {type(exc).__name__}: {exc}")
             finally:  # what the trial left, but the forkserver: it serves the next trial

@@ -323,6 +323,13 @@ def _check_strategy(s: Scenario, file: str) -> None:
                 f"the real-time signal SIGRTMIN + index, and there are {limits.rt_signals()}",
                 f.kind,
             )
+        if FAULTS[f.kind].whole_host and not (s.launch.agents and f.target.host is not None):
+            raise ConfigError(
+                file,
+                f"faults.{i}",
+                f"launch.agents = true and target = {{ host = k }}: {f.kind!r} takes a host's agent away with it",
+                to_dict(f.target),
+            )
     links = any(FAULTS[f.kind].family == "link" for f in s.faults)
     if links and s.launch.network == "loopback":
         raise ConfigError(file, "launch.network", "'auto' or 'namespaces' (link faults need namespaces)", "loopback")

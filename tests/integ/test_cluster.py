@@ -46,13 +46,16 @@ agents = true
 [[faults]]
 kind = "kill"
 target = { host = 1 }
-trigger = { at_step = 40, jitter = "step" }
+trigger = { at_step = 40 }
 [recovery]
 strategy = "reinit"
 [measure]
-trials = 2
+trials = 1
 deadline_s = 60
+[sweep]
+"faults.0.kind" = ["host-down", "kill"]
 """
+"""host-down first: h1's agent goes silent for that trial and must serve the next one."""
 
 
 def start_agents(port: int, n: int, logs: Path) -> list[subprocess.Popen[bytes]]:
@@ -89,13 +92,15 @@ def test_a_run_on_agents_the_cluster_started(run_scenario, tmp_path: Path) -> No
     assert all("the run is over after 2 trial(s)" in log for log in logs), logs
     assert report.status == "complete"
     trials = rows(report)
-    assert [r["outcome"] for r in trials] == ["recovered", "recovered"], trials
+    assert [(r["fault"], r["outcome"]) for r in trials] == [("host-down", "recovered"), ("kill", "recovered")], trials
     for r in trials:  # a wrong alignment gives -1000 s or +1000 s
         assert 0 < r["ttd_s"] < 5, r
         assert 0 <= r["ttd_err_s"] < 0.01, r
     info = report.rundir.read_run_json()
     assert sorted(info["cluster"]) == ["h0", "h1"]
-    for trial in next(iter(info["host_clocks"].values())).values():
+    clocks = [trial for point in info["host_clocks"].values() for trial in point.values()]
+    assert len(clocks) == 2
+    for trial in clocks:
         for h, clock in trial.items():
             truth = -(int(h[1:]) + 1) * SHIFT_S * 10**9  # known to the test only
             assert abs(clock["offset_ns"] - truth) <= clock["err_ns"], (h, clock)

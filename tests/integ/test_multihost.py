@@ -255,3 +255,34 @@ def test_restart_under_torchrun_nnodes_2_recovers_from_losing_a_host(run_scenari
     assert rendezvous == {"h0", "h1"}, "one elastic agent per host"
     (inject,) = [e for e in events if e["event"] == "inject"]
     assert inject["host"] == "h1"
+
+
+HOST_DOWN = (
+    RESTART.replace('kind = "kill"', 'kind = "host-down"')
+    .replace('trigger = { at_step = 10, jitter = "step" }', "trigger = { at_step = 10 }")
+    .replace("[[faults]]", "[recovery.restart]\nmin_nodes = 1\ncheckpoint_every = 5\n[[faults]]")
+    .replace("[recovery.restart]", "[recovery.restart]\nrdzv_last_call_timeout_s = 1")
+    .replace("deadline_s = 60", "deadline_s = 100")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_restart_with_min_nodes_goes_on_without_a_host_that_is_gone(run_scenario, host: ProcessHost) -> None:
+    """host-down takes h1 away whole (its host agent, elastic agent and workers, by
+    SIGKILL). Under ``torchrun --nnodes 1:2`` the elastic agent on h0 re-rendezvouses
+    alone and trains on in a world of h0's worker; the phases add up as on one host."""
+    _need_time_namespaces()
+    report = run_scenario(HOST_DOWN)
+    _no_namespaces_left(host)
+    (row,) = rows(report)
+    assert row["outcome"] == "recovered", row["error"]
+    phases = [v for k, v in row.items() if k.startswith("phase_") and v is not None]
+    assert sum(phases) == pytest.approx(row["downtime_s"], rel=1e-6)
+    events = read_events(next(report.rundir.path.glob("events/*/0")))
+    (inject,) = [e for e in events if e["event"] == "inject"]
+    assert inject["host"] == "h1" and inject["kind"] == "host-down"
+    after = {e["world_size"] for e in events if e["event"] == "pg_ready" and e.get("gen", 0) > 0}
+    assert after == {1}, "the restarted world is h0's worker (one rank per host)"
+    agents = [e for e in events if e["event"] == "proc_start" and e.get("role") == "host_agent"]
+    assert {e["host"] for e in agents} == {"h0", "h1"}

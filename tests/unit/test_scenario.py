@@ -183,3 +183,39 @@ def test_named_scenarios_are_valid() -> None:
     assert {"kill-one-rank", "stall-one-rank", "allreduce-kill"} <= set(names)
     for path in names.values():
         assert points(load(path))
+
+
+HOSTS = """
+name = "h"
+[workload]
+kind = "ddp"
+world_size = 4
+steps = 100
+[launch]
+ranks_per_host = 2
+agents = true
+[[faults]]
+kind = "host-down"
+target = { host = 1 }
+trigger = { at_step = 20 }
+[recovery]
+strategy = "restart"
+[recovery.restart]
+min_nodes = 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "expected"),
+    [
+        (("agents = true", "agents = false"), "faults.0", "launch.agents = true and target = { host = k }"),
+        (("target = { host = 1 }", "target = { ranks = [2] }"), "faults.0", "takes a host's agent away"),
+        (("min_nodes = 1", "min_nodes = 3"), "recovery.restart.min_nodes", "at most the number of hosts (2)"),
+    ],
+)
+def test_a_lost_host_needs_host_agents_and_min_nodes_counts_hosts(write_scenario, change, key, expected) -> None:
+    assert points(load(write_scenario(HOSTS)))[0].scenario.recovery.params.min_nodes == 1
+    old, new = change
+    err = error_of(write_scenario, HOSTS.replace(old, new, 1))
+    assert err.key == key, str(err)
+    assert expected in str(err)

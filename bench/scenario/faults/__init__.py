@@ -38,6 +38,9 @@ class FaultKind(Plugin):
     """Whether ``target = { component = ... }`` makes sense: signals reach any process,
     hooks and links only ranks and their hosts (control-plane faults are process faults
     aimed at a component)."""
+    whole_host: bool = False
+    """The fault takes a whole host away, its agent with it: it needs host agents
+    (``launch.agents``) and ``target = { host = k }``."""
 
     def injector(self, spec: FaultSpec, index: int) -> Injector:
         """What the harness fires for fault ``index``: the injector, or the signal that

@@ -26,6 +26,23 @@ FAULTS.register(
         summary="SIGKILL / SIGTERM / SIGSEGV the target processes",
     )
 )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostDownParams:
+    """No knobs: everything of the host dies at once, by SIGKILL."""
+
+
+FAULTS.register(
+    FaultKind(
+        name="host-down",
+        params=HostDownParams,
+        impl="injectors.signals:HostDown",
+        family="process",
+        whole_host=True,
+        summary="a whole host vanishes: its agent SIGKILLs every process of the host, then itself",
+    )
+)
 FAULTS.register(
     FaultKind(
         name="stall",

@@ -10,10 +10,14 @@ steps; a restarted world resumes from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bench.scenario.config import bounded
+from bench.scenario.config import ConfigError, bounded
 from bench.scenario.limits import MAX_SECONDS
 from bench.strategies import STRATEGIES, Strategy
+
+if TYPE_CHECKING:
+    from bench.scenario.model import Scenario
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,6 +27,10 @@ class RestartParams:
     checkpoint_every: int = bounded(50, ge=1)
     """Rank 0 saves the training state every this many steps; a restart resumes from
     the last save, so up to this many steps are lost."""
+    min_nodes: int = bounded(0, ge=0)
+    """With host agents: torchrun ``--nnodes MIN:MAX``, so that the job goes on with as few
+    as this many hosts once one is lost (``host-down``) instead of waiting for it. 0: every
+    host, ``--nnodes N`` (the job cannot outlive a host)."""
     monitor_interval_s: float = bounded(0.1, gt=0)
     """torchrun ``--monitor-interval``: how often the agent polls its workers."""
     rdzv_join_timeout_s: int | None = bounded(None, ge=1, le=MAX_SECONDS)
@@ -48,6 +56,19 @@ class RestartParams:
         return ",".join(f"{k}={v}" for k, v in conf.items() if v is not None)
 
 
+def check(scenario: Scenario, file: str) -> None:
+    """``min_nodes`` is a count of the scenario's hosts."""
+    p: RestartParams = scenario.recovery.params
+    hosts = scenario.workload.world_size // scenario.launch.ranks_per_host
+    if p.min_nodes and not (scenario.launch.agents and p.min_nodes <= hosts):
+        raise ConfigError(
+            file,
+            "recovery.restart.min_nodes",
+            f"0, or with launch.agents = true at most the number of hosts ({hosts})",
+            p.min_nodes,
+        )
+
+
 STRATEGIES.register(
     Strategy(
         name="restart",
@@ -58,6 +79,7 @@ STRATEGIES.register(
         components=("agent",),
         blame=("detect@agent:first_failure",),  # torchrun's root cause: its first observed failure
         agents=True,
+        check=check,
         unbound_servers=("torchrun's c10d rendezvous store", "the store torchrun's agent hosts for its workers"),
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed worker

@@ -21,8 +21,9 @@ class Restart(ElasticJob):
 
     def launcher_args(self, nproc: int, rdzv_port: int, *, nnodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
         params: RestartParams = self.ctx.scenario.recovery.params
+        elastic = params.min_nodes and params.min_nodes < nnodes
         return [
-            f"--nnodes={nnodes}",
+            f"--nnodes={params.min_nodes}:{nnodes}" if elastic else f"--nnodes={nnodes}",
             f"--nproc-per-node={nproc}",
             f"--max-restarts={params.max_restarts}",
             f"--monitor-interval={params.monitor_interval_s}",
