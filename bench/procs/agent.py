@@ -42,7 +42,7 @@ from typing import Any
 from bench.procs.clock import StorePinger, resolution_ns
 from bench.procs.hygiene import kill_all, redirect_output, set_pdeathsig
 from bench.procs.launcher import LocalLauncher, RankProcess, rank_context
-from bench.results.events import HOST_ENV, EventWriter
+from bench.results.events import ADDRESS_ENV, HOST_ENV, EventWriter
 
 ELASTIC_ARGS = frozenset(
     f"--{name}"
@@ -61,7 +61,7 @@ ELASTIC_ARGS = frozenset(
 program: the worker command is the rank entry, always)."""
 ELASTIC_ENV = frozenset({"OMP_NUM_THREADS", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"})
 """The environment a harness may set for an elastic agent (the strategy's ``agent_env``)."""
-OPS = frozenset({"start", "fault", "elastic", "ending", "stop"})
+OPS = frozenset({"start", "kill", "fault", "elastic", "ending", "stop"})
 """What the harness may ask of an agent."""
 TICK_S = 0.005
 """How often the agent looks for commands while it has ranks: it bounds the lag of a
@@ -166,6 +166,14 @@ class Agent:
             )
             self.rank_host.launcher = self.launcher
         self.launcher.start_rank(spec.rank, rank_main, spec)
+
+    def do_kill(self, cmd: dict[str, Any]) -> None:
+        """The job has no more use for this rank (torchft: a replacement still waiting when
+        training is over)."""
+        if self.launcher is not None:
+            for r in self.launcher.running():
+                if r.rank == int(cmd["rank"]):
+                    self.launcher.kill_rank(r)
 
     def do_fault(self, cmd: dict[str, Any]) -> None:
         from bench.scenario.faults import FAULTS
@@ -273,6 +281,7 @@ def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostna
     set_pdeathsig()  # started by the harness itself (one machine): die with it
     if hostname:  # in a UTS namespace of its own (one machine): the name others reach it by
         socket.sethostname(hostname)
+        os.environ[ADDRESS_ENV] = hostname
     os.environ[HOST_ENV] = host  # every event of this host's processes carries it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     return serve_trial(controller, host, events_dir, deadline_s)

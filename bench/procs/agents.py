@@ -146,6 +146,10 @@ class AgentLauncher(LocalLauncher):
         self.ranks.append(rp)
         return rp
 
+    def kill_rank(self, r: RankProcess) -> None:
+        """Have the rank's host agent SIGKILL it (its exit is reported as any other)."""
+        send(self.control, self.host_of(r.rank), {"op": "kill", "rank": r.rank})
+
     def wait(self, timeout_s: float) -> list[RankProcess]:
         """Exits the agents reported, waiting up to ``timeout_s`` for one."""
         deadline = time.monotonic() + timeout_s

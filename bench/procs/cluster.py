@@ -41,7 +41,7 @@ from bench.procs.agent import key
 from bench.procs.agents import AgentLauncher
 from bench.procs.hygiene import MARKER, sweep
 from bench.procs.launcher import LaunchError
-from bench.results.events import HOST_ENV
+from bench.results.events import ADDRESS_ENV, HOST_ENV
 
 if TYPE_CHECKING:
     from bench.strategies.base import TrialContext
@@ -249,7 +249,9 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
     try:
         client = dist.TCPStore(address, port, None, False, timeout=datetime.timedelta(seconds=deadline_s))
         store = dist.PrefixStore(PREFIX, client)
-        hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "address": _local_address(address, port)}
+        here = _local_address(address, port)
+        hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "address": here}
+        os.environ[ADDRESS_ENV] = here
         store.set(f"hello/{host}", json.dumps(hello))
         say(f"joined the run at {address}:{port} as {hello['hostname']} ({hello['address']})")
         console = os.dup(1), os.dup(2)  # a trial sends them to its own log; back after it

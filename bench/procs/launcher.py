@@ -226,6 +226,11 @@ class LocalLauncher:
     def running(self) -> list[RankProcess]:
         return [r for r in self.ranks if r.exitcode is None]
 
+    def kill_rank(self, r: RankProcess) -> None:
+        """SIGKILL a rank the job has no more use for (its exit is reaped as any other)."""
+        if r.process is not None:
+            r.process.kill()
+
     def wait(self, timeout_s: float) -> list[RankProcess]:
         """Block up to ``timeout_s`` for rank exits; return the ranks that just exited."""
         live = self.running()

@@ -28,6 +28,9 @@ CLOCK = "CLOCK_MONOTONIC via time.monotonic_ns(); shared by every process of one
 HOST_ENV = "FTBENCH_HOST"
 """Set by a host agent (:mod:`bench.procs.agent`) for itself and its ranks: every event
 they write carries ``host``, so its stamps can be mapped onto the controller's clock."""
+ADDRESS_ENV = "FTBENCH_HOST_ADDRESS"
+"""Set by a host agent: the address the other hosts reach this one at, where a rank
+serves what its peers on other hosts connect to (torchft's replica-group store)."""
 CLOCKS_FILE = "clocks.json"
 """In a trial's events directory: each agent host's offset to the harness's clock and its
 uncertainty (:mod:`bench.procs.clock`); absent on one host."""

@@ -25,10 +25,10 @@ from bench.procs.launcher import ProcessHost
 from bench.results.facts import TrialFacts
 from bench.results.summary import point_stats
 from bench.results.writer import RunDir
-from bench.run.trial import TrialResult, confinable, run_trial, unavailable
+from bench.run.preflight import exposure, stage_overhead
+from bench.run.trial import TrialResult, run_trial, unavailable
 from bench.scenario.config import ConfigError, to_dict
-from bench.scenario.faults import FAULTS
-from bench.scenario.loader import identity, parse, points, requirements, uses_namespaces
+from bench.scenario.loader import identity, parse, points, requirements
 from bench.scenario.model import Point, Scenario
 from bench.strategies import STRATEGIES
 from bench.strategies.base import TrialContext
@@ -148,8 +148,8 @@ class Session:
             self.progress(f"  skip {point.label}: {err}")
             self.counter += self.trials
             return
-        _stage_overhead(point.scenario, self.info, self.progress, run_id=self.host.run_id)
-        self._exposure(point)
+        stage_overhead(point.scenario, self.info, self.progress, run_id=self.host.run_id)
+        exposure(point.scenario, self.info, self.progress, cluster=self.cluster is not None)
         reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress, self.cluster)
         for trial in range(self.trials):
             self.counter += 1
@@ -205,30 +205,6 @@ class Session:
         if code != 0:
             self.skipped.setdefault(point.label, f"the harness in environment {spec!r} exited with {code}")
 
-    def _exposure(self, point: Point) -> None:
-        """Say in run.json, and once on the console, which servers of the stack listen
-        beyond loopback and whether they were confined (a private network namespace)."""
-        name = point.scenario.recovery.strategy
-        servers = STRATEGIES[name].unbound_servers
-        exposure = self.info.setdefault("exposure", {})
-        if not servers or name in exposure:
-            return
-        if confinable(point.scenario):
-            exposure[name] = {
-                "servers": list(servers),
-                "confined": True,
-                "how": "each trial in a private network namespace with only a loopback",
-            }
-            return
-        from injectors.link import system
-
-        why = system.available() or "namespaces unavailable"
-        exposure[name] = {"servers": list(servers), "confined": False, "how": f"not confined: {why}"}
-        self.progress(
-            f"  note: {name}: {', '.join(servers)} listen on every interface during its trials and could "
-            f"not be confined here ({why})"
-        )
-
 
 def resume_scenario(rundir: RunDir) -> tuple[Scenario, int]:
     """The scenario (overrides included) and trial count a run directory was made with;
@@ -278,30 +254,6 @@ def _reference(
     if result.outcome == "interrupted":
         raise KeyboardInterrupt
     return result.facts
-
-
-def _stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress, *, run_id: str) -> None:
-    """Once per run, if a link fault is served by the userspace NFQUEUE stage: what the
-    stage costs when it delays and corrupts nothing, to report beside those figures."""
-    if "link_stage_overhead" in info or not uses_namespaces(scenario):
-        return
-    from injectors.link import netns, netprobe, system
-
-    staged = [
-        f
-        for f in scenario.faults
-        if FAULTS[f.kind].family == "link" and FAULTS[f.kind].load()(**f.knobs()).uses_stage()
-    ]
-    if not staged:
-        return
-    # The run's own tag: a concurrent `ftbench cleanup` knows the topology is live.
-    with netns.Topology.create(system.tag_for(run_id), 2, wire_packets=scenario.launch.wire_packets) as topo:
-        overhead = netprobe.stage_overhead(topo)
-    info["link_stage_overhead"] = overhead
-    progress(
-        f"  NFQUEUE stage (serves delay/corrupt here, no netem): clean {overhead['clean_mbit_s']:.0f} Mbit/s, "
-        f"pass-through {overhead['passthrough_mbit_s']:.0f} Mbit/s ({overhead['slowdown']:.1f}x slower)"
-    )
 
 
 def context(

@@ -137,3 +137,39 @@ def test_cluster_options_are_checked_before_anything_runs(args: list[str], says:
     result = CliRunner().invoke(cli, args, env=env)
     assert result.exit_code == 2, result.output
     assert says in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_killed_harness_leaves_serving_agents_nothing_to_do(tmp_path: Path) -> None:
+    """SIGKILL of the harness mid-trial: each agent's store calls fail, it kills what the
+    trial started on its host and exits 3; nothing of the run is left anywhere."""
+    import signal
+    import time
+
+    scenario = tmp_path / "cluster.toml"
+    scenario.write_text(SCENARIO.replace("steps = 120", "steps = 3000").replace("at_step = 40", "at_step = 2900"))
+    port = free_port()
+    agents = start_agents(port, 2, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != MARKER}
+    argv = [sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path / "results")]
+    harness = subprocess.Popen([*argv, "--agents-at", f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not any(
+            '"step_end"' in p.read_text() for p in tmp_path.glob("results/cluster/*/events/*/*/rank*-*.jsonl")
+        ):
+            time.sleep(0.2)
+        assert agent_processes(), "the trial did not start training on the agents in time"
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(timeout=30)
+        codes = [a.wait(timeout=60) for a in agents]
+    finally:
+        for p in (harness, *agents):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = [(tmp_path / f"agent-h{i}.out").read_text() for i in range(2)]
+    assert codes == [3, 3], logs
+    assert all("the harness went away" in log for log in logs), logs
+    assert agent_processes() == []

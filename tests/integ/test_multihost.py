@@ -286,3 +286,31 @@ def test_restart_with_min_nodes_goes_on_without_a_host_that_is_gone(run_scenario
     assert after == {1}, "the restarted world is h0's worker (one rank per host)"
     agents = [e for e in events if e["event"] == "proc_start" and e.get("role") == "host_agent"]
     assert {e["host"] for e in agents} == {"h0", "h1"}
+
+
+TORCHFT = (
+    TWO_HOSTS.replace('strategy = "reinit"', 'strategy = "torchft"')
+    .replace("steps = 40", "steps = 600")
+    .replace('trigger = { at_step = 10, jitter = "step" }', "trigger = { at_step = 40 }")
+    .replace("deadline_s = 60", "deadline_s = 120")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_torchft_replicas_on_two_hosts_heal_across_them(run_scenario, host: ProcessHost) -> None:
+    """One lighthouse (with the harness, on the address the hosts reach), two replica
+    groups per host. Host h1's replicas die; the lighthouse drops them; their
+    replacements start on h1 and heal over HTTP from a live replica on h0."""
+    pytest.importorskip("torchft")
+    _need_time_namespaces()
+    report = run_scenario(TORCHFT)
+    _no_namespaces_left(host)
+    (row,) = rows(report)
+    assert row["outcome"] == "recovered", row["error"]
+    assert row["blame_correct"] != 0.0, "the quorum dropped h1's replicas, no others (or named none)"
+    events = read_events(next(report.rundir.path.glob("events/*/0")))
+    heals = [e for e in events if e["event"] == "restore_end" and e.get("how") == "peer"]
+    assert heals, "a replacement healed from a peer"
+    assert {e["host"] for e in heals} == {"h1"} and all(e["source"] in (0, 1) for e in heals), heals
+    assert all(e["bytes"] > 0 for e in heals)

@@ -96,6 +96,7 @@ STRATEGIES.register(
         phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")),
         rank_side_faults=False,
         workloads=("ddp",),
+        agents=True,
         unbound_servers=(
             "torchft's Manager (binds [::])",
             "torchft's HTTP checkpoint transport (binds every interface)",

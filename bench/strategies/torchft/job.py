@@ -69,6 +69,7 @@ class TorchFTJob(SupervisedJob):
                 str(addr_file),
                 str(self.ctx.events_dir),
                 self.ctx.store_namespace,
+                self.ctx.store_host,
                 p.min_replicas,
                 p.join_timeout_ms,
                 p.quorum_tick_ms,
@@ -93,10 +94,10 @@ class TorchFTJob(SupervisedJob):
             self.supervisor.emit("detect", how="exit", of="lighthouse", exitcode=self.lighthouse.exitcode)
         if self.finished_at is not None and time.monotonic() - self.finished_at > FINISH_GRACE_S:
             for r in self.launcher.running():
-                if r.process is not None and r.process.pid is not None and r.process.pid not in self.stopped:
-                    self.stopped.add(r.process.pid)
+                if id(r) not in self.stopped:
+                    self.stopped.add(id(r))
                     self.supervisor.emit("stop", of_rank=r.rank, reason="training finished without it")
-                    r.process.kill()
+                    self.launcher.kill_rank(r)
 
     def over(self) -> bool:
         return not self.launcher.running() and not self.replacements

@@ -33,15 +33,17 @@ def main(
     addr_file: str,
     events_dir: str,
     namespace: str,
+    bind: str,
     min_replicas: int,
     join_timeout_ms: int,
     quorum_tick_ms: int,
     heartbeat_timeout_ms: int,
 ) -> None:
-    """Body of the lighthouse process: serve on loopback until killed, logging to a file.
+    """Body of the lighthouse process: serve on ``bind`` (loopback on one host, the
+    address the hosts reach with host agents) until killed, logging to a file.
 
     It advertises the host name (``http://<hostname>:<port>``); replicas are given
-    ``http://127.0.0.1:<port>``, the address it listens on, instead."""
+    ``http://<bind>:<port>``, the address it listens on, instead."""
     set_pdeathsig()
     if namespace:
         from injectors.link.netns import enter
@@ -55,13 +57,14 @@ def main(
     from torchft._torchft import LighthouseServer
 
     server = LighthouseServer(
-        bind="127.0.0.1:0",
+        bind=f"[{bind}]:0" if ":" in bind else f"{bind}:0",
         min_replicas=min_replicas,
         join_timeout_ms=join_timeout_ms,
         quorum_tick_ms=quorum_tick_ms,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
     )
-    address = "http://127.0.0.1:" + server.address().rsplit(":", 1)[1]
+    host = f"[{bind}]" if ":" in bind else bind
+    address = f"http://{host}:" + server.address().rsplit(":", 1)[1]
     events.emit(
         "lighthouse_ready",
         address=address,

@@ -51,7 +51,7 @@ from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
 from bench.rank.comm import classify
 from bench.rank.entry import RankSpec, device, store_client
-from bench.results.events import EventWriter
+from bench.results.events import ADDRESS_ENV, EventWriter
 from bench.scenario.registry import load_path
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
 from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
@@ -76,8 +76,10 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
     workaround = ddp_workaround_needed(version, params.ddp_workaround)
 
     # The replica group's own store (torchrun's agent hosts it in a real job); group rank 0
-    # of the quorum's first member also serves the process-group rendezvous from it.
-    group_store = bound_store("127.0.0.1", timeout_s=spec.wait_s)
+    # of the quorum's first member also serves the process-group rendezvous from it, to
+    # the other replicas: on its host's address where they run on other hosts.
+    address = os.environ.get(ADDRESS_ENV, "127.0.0.1")
+    group_store = bound_store(address, timeout_s=spec.wait_s)
     pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
     pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
     transport = TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0)
@@ -91,7 +93,7 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
         connect_timeout=td(seconds=params.connect_timeout_s),
         rank=0,
         world_size=1,
-        store_addr="127.0.0.1",
+        store_addr=address,
         store_port=group_store.port,
         lighthouse_addr=lighthouse,
         replica_id=f"replica_{spec.rank}",
