@@ -195,7 +195,9 @@ class ScheduledFault:
         if not pids:
             harness.emit("inject_skipped", reason="no live process to hit", **common)
             return
-        if self.deliver is not None and component is None:
+        # Link faults act on the hosts' network namespaces, which on one machine are the
+        # harness's to change (a cluster's hosts would need their agents to; refused there).
+        if self.deliver is not None and component is None and self.kind.family != "link":
             self._deliver(state, harness, common)
             return
         injector = self.kind.injector(self.spec, self.index)

@@ -220,6 +220,8 @@ def _agents_unavailable(scenario: Scenario, *, cluster: bool) -> str | None:
         return f"launch.agents: strategy {strategy.name} does not run under host agents yet (docs/multihost.md)"
     if shutil.which("unshare") is None and not cluster:
         return "launch.agents: unshare (util-linux) is not installed; host clocks are time namespaces"
-    if any(FAULTS[f.kind].family == "link" for f in scenario.faults):
-        return "launch.agents: link faults are not carried out by host agents yet (docs/multihost.md)"
+    if cluster and any(FAULTS[f.kind].family == "link" for f in scenario.faults):
+        return (
+            "--agents-at: link faults on a cluster's hosts are not carried out by their agents yet (docs/multihost.md)"
+        )
     return None

@@ -314,3 +314,27 @@ def test_torchft_replicas_on_two_hosts_heal_across_them(run_scenario, host: Proc
     assert heals, "a replacement healed from a peer"
     assert {e["host"] for e in heals} == {"h1"} and all(e["source"] in (0, 1) for e in heals), heals
     assert all(e["bytes"] > 0 for e in heals)
+
+
+UPLINK = (
+    TWO_HOSTS.replace("steps = 40", "steps = 300")
+    .replace("pg_timeout_s = 5", "pg_timeout_s = 3")
+    .replace('kind = "kill"', 'kind = "partition"\nduration_s = 8')
+    .replace('trigger = { at_step = 10, jitter = "step" }', "trigger = { at_step = 40 }")
+    .replace("deadline_s = 60", "deadline_s = 90")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_cut_uplink_of_one_host_is_a_timeout_and_reinit_evicts_that_host(run_scenario, host: ProcessHost) -> None:
+    """The harness cuts host h1's link in its namespace (on one machine the hosts'
+    namespaces are its to change); the ranks see nothing until the process-group timeout,
+    reinit then evicts h1's ranks, and the figures are mapped across the hosts' clocks."""
+    _need_time_namespaces()
+    report = run_scenario(UPLINK)
+    _no_namespaces_left(host)
+    (row,) = rows(report)
+    assert row["outcome"] == "recovered", row["error"]
+    assert row["detect_how"] == "timeout" and 3 - 0.5 < row["ttd_s"] < 3 + 2, row
+    assert row["blame_correct"] == 1.0 and 0 < row["ttd_err_s"] < 0.01, row

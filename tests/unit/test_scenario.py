@@ -219,3 +219,13 @@ def test_a_lost_host_needs_host_agents_and_min_nodes_counts_hosts(write_scenario
     err = error_of(write_scenario, HOSTS.replace(old, new, 1))
     assert err.key == key, str(err)
     assert expected in str(err)
+
+
+def test_link_faults_run_under_agents_on_one_machine_only(write_scenario) -> None:
+    from bench.run.trial import unavailable
+
+    text = HOSTS.replace('kind = "host-down"', 'kind = "partition"\nduration_s = 5').replace("restart", "reinit")
+    sc = points(load(write_scenario(text.replace("[recovery.reinit]\nmin_nodes = 1\n", ""))))[0].scenario
+    why = unavailable(sc, cluster=True)
+    assert why is not None and "link faults on a cluster's hosts" in why
+    assert "link faults" not in (unavailable(sc, cluster=False) or "")
