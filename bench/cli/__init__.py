@@ -8,6 +8,7 @@ commands; importing them registers them on :data:`~bench.cli.common.cli`.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 from bench.cli import calibrate, results, scenarios
@@ -16,8 +17,13 @@ from bench.cli.common import cli
 __all__ = ["calibrate", "cli", "main", "results", "scenarios"]
 
 
+PYNVML_WARNING = "ignore:The pynvml package is deprecated:FutureWarning"
+"""torch.cuda imports pynvml (a dependency of nvidia-resiliency-ext), which warns on every
+import that it is deprecated: noise on a console that shows figures, and in every log."""
+
+
 def main() -> None:
-    # torch.cuda imports pynvml (a dependency of nvidia-resiliency-ext), which warns on
-    # every import that it is deprecated: noise on a console that shows figures.
     warnings.filterwarnings("ignore", message="The pynvml package is deprecated", category=FutureWarning)
+    # ...and in every Python the run starts (forkserver, agents, torchrun's workers).
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), PYNVML_WARNING)))
     cli(prog_name="ftbench")
