@@ -9,9 +9,9 @@ test:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest
 
-# Every test, the slow ones too (about 15 minutes on 2 cores).
+# Every test, the slow ones too (about 20 minutes on 2 cores; installs Slurm as root).
 test-all:
-	@tools/bootstrap.sh --test
+	@tools/bootstrap.sh --test-all
 	.venv/bin/python -m pytest -m ""
 
 unit:

@@ -3,6 +3,7 @@
 #
 #   tools/bootstrap.sh          runtime (ftbench, torch, torchft)
 #   tools/bootstrap.sh --test   also pytest, ruff, mypy & co, and (as root) the system tools the tests use
+#   tools/bootstrap.sh --test-all  also Slurm (slurm-wlm), for the slow tests of the batch script
 #
 # torch: one the base Python already has is kept (the venv sees it); otherwise the CUDA
 # build where a GPU is visible, else the CPU build FTBENCH_TORCH (default torch==2.13.0,
@@ -34,6 +35,7 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
 fi
 
 extras=torchft,nvrx
+[ "$MODE" = "--test-all" ] && MODE=--test && SLURM=1
 [ "$MODE" = "--test" ] && extras=torchft,nvrx,test,lint
 stamp="$VENV/.ftbench-$extras-$(cat pyproject.toml tools/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
@@ -50,10 +52,11 @@ if [ "$MODE" = "--test" ]; then
     command -v ip >/dev/null 2>&1 || need+=(iproute2)
     command -v iptables >/dev/null 2>&1 || need+=(iptables)
     [ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need+=(libnetfilter-queue-dev)
+    if [ "${SLURM:-0}" = 1 ] && ! command -v slurmctld >/dev/null 2>&1; then need+=(slurm-wlm); fi
     if [ ${#need[@]} -gt 0 ]; then
       echo "bootstrap: installing ${need[*]}"
       apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null \
-        || echo "bootstrap: could not install ${need[*]}; link-fault tests will say what is missing"
+        || echo "bootstrap: could not install ${need[*]}; the tests that need them will say what is missing"
     fi
   fi
   if ! "$VENV/bin/python" -c "import netfilterqueue" >/dev/null 2>&1; then
