@@ -274,7 +274,8 @@ def _latest_run(out: Path, name: str, rundir: RunDir | None) -> Path:
     type=click.FloatRange(min=1),
     default=600.0,
     show_default=True,
-    help="Give up after this long (with --serve: the whole run).",
+    help="Give up after this long (with --serve: without word from the harness, before its first trial "
+    "or between two).",
 )
 @click.option("--hostname", default="", help="Set this host's name first (a host that is a UTS namespace).")
 @errors

@@ -228,7 +228,7 @@ class ClusterLauncher(AgentLauncher):
 def serve(controller: str, host: str, deadline_s: float) -> int:
     """The life of an agent the cluster started: join the run at ``controller``, serve
     each trial the harness assigns, until it says ``done`` (exit 0), goes away (exit 3) or
-    ``deadline_s`` passes (exit 4)."""
+    leaves it ``deadline_s`` without a word: before the first trial or between two (exit 4)."""
     import torch.distributed as dist
 
     from bench.procs.agent import serve_trial
@@ -281,6 +281,7 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
                 sweep(marker, keep={forkserver} if forkserver else ())
                 os.dup2(console[0], 1)
                 os.dup2(console[1], 2)
+                deadline = time.monotonic() + deadline_s
         say(f"no word from the harness within --deadline-s {deadline_s:g}")
         return 4
     except (RuntimeError, OSError) as exc:  # the harness (its run store) is gone
