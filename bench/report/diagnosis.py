@@ -219,7 +219,7 @@ def _plot(found: list[Setting], path: Path) -> Path | None:
     ax.set_xlabel("false-alarm rate of faults within the timeout, % (whisker: 95 % upper bound)")
     ax.set_ylabel("time to detect faults past it, s")
     ax.set_xlim(-5, 105)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)  # room for the labels above the top point
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     ax.set_title("Detection timeout: latency against false alarms")
