@@ -58,5 +58,5 @@ def cli() -> None:
 
 
 def interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM handler: end the current trial cleanly, as Ctrl-C does."""
+    """SIGINT and SIGTERM handler: end the current trial cleanly, as Ctrl-C does."""
     raise KeyboardInterrupt

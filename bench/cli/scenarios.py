@@ -175,6 +175,9 @@ def run(
             sets += (f"sweep.launch.env={_toml_list(env_specs)}",)
         sc, rundir = load_scenario(scenario, sets), None
 
+    # SIGINT too: a shell starts a background job with SIGINT ignored, and Python then
+    # installs no handler of its own; `kill -INT` must still end the run cleanly.
+    signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     try:
         report = run_scenario(

@@ -540,6 +540,8 @@ def test_ctrl_c_of_the_creator_undoes_everything_by_itself() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # As in a terminal: a job started in the background by a script has SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", proc.stderr.read()
