@@ -68,16 +68,22 @@ def named_ranks(value: object) -> set[int]:
 
 def attribution(window: Iterable[Event], specs: Sequence[str], victims: set[int]) -> Attribution:
     """Whom the stack blamed in a fault's window. The victims' own records do not count
-    (a stalled rank that wakes up and accuses its peers is not the stack attributing)."""
+    (a stalled rank that wakes up and accuses its peers is not the stack attributing),
+    nor does naming a rank that had finished training: a quorum that leaves out replicas
+    gone because the job is over (torchft, once a stalled replica wakes up alone) accuses
+    no one."""
     parsed = [BlameSpec.parse(s) for s in specs]
     blamed: set[int] = set()
+    finished: set[int] = set()
     t_first: int | None = None
-    for e in window:
+    for e in sorted(window, key=lambda e: int(e["t"])):
+        if e["event"] == "train_end" and e.get("src") == "rank":
+            finished.add(int(e.get("rank", -1)))
         if e.get("src") == "rank" and int(e.get("rank", -1)) in victims:
             continue
         for spec in parsed:
             if spec.matches(e):
-                named = named_ranks(e[spec.field])
+                named = named_ranks(e[spec.field]) - finished
                 if named:
                     blamed |= named
                     t_first = e["t"] if t_first is None else min(t_first, e["t"])

@@ -59,6 +59,20 @@ def test_torchrun_first_failure_and_torchft_quorum_drop() -> None:
     assert f.figures["blame_correct"] == 1.0 and f.figures["tta_s"] == pytest.approx(0.020)
 
 
+def test_a_quorum_without_replicas_that_finished_training_blames_no_one() -> None:
+    """torchft: the stalled replica wakes up after the others finished and forms a quorum
+    alone; the replicas it leaves out were not accused, they were done."""
+    drops = [
+        ev(120.5, "detect", src="lighthouse", how="quorum_drop", dropped=["replica_2"], dropped_ranks=[2]),
+        ev(150.0, "train_end", src="rank", rank=0, step=40),
+        ev(150.0, "train_end", src="rank", rank=1, step=40),
+        ev(150.0, "train_end", src="rank", rank=3, step=40),
+        ev(160.0, "detect", src="lighthouse", how="quorum_drop", dropped_ranks=[0, 1, 3]),
+    ]
+    (f,) = figures(recovered_kill(drops), blame=STRATEGIES["torchft"].blame)
+    assert f.figures["blame_correct"] == 1.0
+
+
 def test_named_ranks_shapes() -> None:
     assert named_ranks(2) == {2} and named_ranks("3") == {3} and named_ranks([1, "2"]) == {1, 2}
     assert named_ranks({"0": 1, "2": -9}) == {0, 2}
