@@ -312,20 +312,21 @@ def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float,
     hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "resolution_ns": resolution_ns()}
     store.set(key(host, "hello"), json.dumps(hello))
     beating = _beat(connect(), host)
-    agent = Agent(store, host, events_dir, events)
     try:
-        agent.measure("start")
-        agent.run(deadline)
-    finally:
-        agent.close()
-    if agent.vanished:
-        events.close()
+        agent = Agent(store, host, events_dir, events)
+        try:
+            agent.measure("start")
+            agent.run(deadline)
+        finally:
+            agent.close()
+        if agent.vanished:
+            events.close()
+            if not serving:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return 0
+        agent.measure("end")
+    finally:  # a serving agent goes on to the next trial: no beat may outlive this one
         beating.set()
-        if not serving:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return 0
-    agent.measure("end")
-    beating.set()
     store.set(key(host, "bye"), "1")
     events.emit("proc_exit", exitcode=0)
     events.close()

@@ -33,7 +33,7 @@ pytestmark = [
 ]
 
 SHIFT_S = 1000
-SCENARIO = """
+ONE_TRIAL = """
 name = "cluster"
 [workload]
 kind = "ddp"
@@ -52,9 +52,14 @@ strategy = "reinit"
 [measure]
 trials = 1
 deadline_s = 60
-[sweep]
+"""
+"""2 hosts x 2 ranks under reinit, one trial of a host's ranks killed."""
+SCENARIO = (
+    ONE_TRIAL
+    + """[sweep]
 "faults.0.kind" = ["host-down", "kill"]
 """
+)
 """host-down first: h1's agent goes silent for that trial and must serve the next one."""
 
 

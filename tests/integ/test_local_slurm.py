@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integ.slurm import LocalSlurm, SlurmUnavailable
+from tests.integ.test_cluster import ONE_TRIAL
 
 pytestmark = [
     pytest.mark.integ,
@@ -82,28 +83,6 @@ def test_batch_shell_runs_while_a_background_srun_step_runs(local_slurm: LocalSl
     assert local_slurm.namespace not in listed.split()
 
 
-CLUSTER_SCENARIO = """
-name = "slurm"
-[workload]
-kind = "ddp"
-world_size = 4
-steps = 120
-pg_timeout_s = 5
-[launch]
-ranks_per_host = 2
-agents = true
-[[faults]]
-kind = "kill"
-target = { host = 1 }
-trigger = { at_step = 40, jitter = "step" }
-[recovery]
-strategy = "reinit"
-[measure]
-trials = 1
-deadline_s = 60
-"""
-
-
 @pytest.mark.timeout(300)
 def test_the_shipped_batch_script_runs_a_scenario(
     local_slurm: LocalSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -119,7 +98,7 @@ def test_the_shipped_batch_script_runs_a_scenario(
 
     monkeypatch.delenv(MARKER, raising=False)  # the job is not a child of this test's runs
     scenario = tmp_path / "slurm.toml"
-    scenario.write_text(CLUSTER_SCENARIO)
+    scenario.write_text(ONE_TRIAL.replace('name = "cluster"', 'name = "slurm"'))
     script = Path(__file__).resolve().parents[2] / "tools" / "slurm" / "ftbench.sbatch"
     env = {
         "FTBENCH": f"{sys.executable} -m bench",
