@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from injectors.base import Target
+from injectors.procfs import stat_fields
 
 
 def _send(pids: Sequence[int], sig: int) -> list[int]:
@@ -67,12 +68,9 @@ def descendants(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
+        fields = stat_fields(int(entry))
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
     out: list[int] = []
     queue = list(children.get(pid, []))
     while queue:

@@ -29,6 +29,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from injectors.procfs import alive
+
 #: Programs an undo record may run (the injectors' own tools, and ftbench's Python).
 ALLOWED = frozenset({"ip", "tc", "iptables", "nft"})
 OWNER = "owner"
@@ -156,17 +158,9 @@ def live_runs() -> set[str]:
             pid = int((Path(entry.path) / OWNER).read_text())
         except (OSError, ValueError):
             continue
-        if _alive(pid):
+        if alive(pid):
             live.add(entry.name)
     return live
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return False
 
 
 @dataclass

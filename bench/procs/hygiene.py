@@ -20,6 +20,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+# Re-exported: the harness and its tools read processes through hygiene.
+from injectors.procfs import alive as alive
+from injectors.procfs import stat_fields as stat_fields
+
 MARKER = "FTBENCH_RUN"
 _PR_SET_PDEATHSIG = 1
 
@@ -68,22 +72,6 @@ def marked() -> dict[int, str]:
 def marked_pids(run_id: str) -> list[int]:
     """Live processes of one run."""
     return [pid for pid, run in marked().items() if run == run_id and alive(pid)]
-
-
-def stat_fields(pid: int) -> list[bytes]:
-    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); empty
-    when the process is gone. The name is in parentheses and may hold spaces and ")"."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    fields = stat_fields(pid)
-    return bool(fields) and fields[0] not in (b"Z", b"X")
 
 
 def kill_all(pids: Iterable[int], *, timeout_s: float = 10.0) -> list[int]:
