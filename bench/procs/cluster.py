@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing.forkserver
 import os
 import socket
 import subprocess
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from bench.procs.agent import key
 from bench.procs.agents import AgentLauncher
 from bench.procs.hygiene import MARKER, sweep
-from bench.procs.launcher import LaunchError
+from bench.procs.launcher import LaunchError, forkserver_pid
 from bench.results.events import ADDRESS_ENV, HOST_ENV
 
 if TYPE_CHECKING:
@@ -277,7 +276,7 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
             except Exception as exc:  # the trial's store went away mid-trial: the next trial may still come
                 say(f"trial {n} ended with {type(exc).__name__}: {exc}")
             finally:  # what the trial left, but the forkserver: it serves the next trial
-                forkserver = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+                forkserver = forkserver_pid()
                 sweep(marker, keep={forkserver} if forkserver else ())
                 os.dup2(console[0], 1)
                 os.dup2(console[1], 2)

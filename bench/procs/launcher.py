@@ -59,7 +59,7 @@ class ProcessHost:
     def infrastructure(self) -> set[int]:
         """Pids that outlive trials: the guard and the forkserver."""
         pids = {self.guard.pid}
-        fs_pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+        fs_pid = forkserver_pid()
         if "forkserver" in self._contexts and fs_pid:
             pids.add(fs_pid)
         return pids
@@ -93,6 +93,12 @@ class RankHost(Protocol):
     def context(self, start_method: str) -> ForkServerContext | SpawnContext: ...
 
     def sweep_trial(self) -> list[int]: ...
+
+
+def forkserver_pid() -> int | None:
+    """This process's multiprocessing forkserver, if it started one (it outlives trials)."""
+    pid: int | None = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    return pid
 
 
 def rank_context(

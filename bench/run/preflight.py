@@ -24,36 +24,26 @@ def exposure(scenario: Scenario, info: dict[str, Any], progress: Progress, *, cl
     records = info.setdefault("exposure", {})
     if not servers or name in records:
         return
+    confined, how, note = _confinement(scenario, cluster=cluster)
+    records[name] = {"servers": list(servers), "confined": confined, "how": how}
+    if note:
+        progress(f"  note: {name}: {', '.join(servers)} listen on every interface {note}")
+
+
+def _confinement(scenario: Scenario, *, cluster: bool) -> tuple[bool, str, str]:
+    """Whether the stack's servers are kept off the host's interfaces, how (or why not),
+    and what to say of it on the console ("" when they are kept off)."""
     if cluster:
-        records[name] = {
-            "servers": list(servers),
-            "confined": False,
-            "how": "real hosts (--agents-at): they listen as the stack makes them, on every interface",
-        }
-        progress(f"  note: {name}: {', '.join(servers)} listen on every interface of the hosts")
-        return
+        how = "real hosts (--agents-at): they listen as the stack makes them, on every interface"
+        return False, how, "of the hosts"
     if scenario.launch.agents:
-        records[name] = {
-            "servers": list(servers),
-            "confined": True,
-            "how": "each host in a network namespace of its own, on a bridge of the trial's",
-        }
-        return
+        return True, "each host in a network namespace of its own, on a bridge of the trial's", ""
     if confinable(scenario):
-        records[name] = {
-            "servers": list(servers),
-            "confined": True,
-            "how": "each trial in a private network namespace with only a loopback",
-        }
-        return
+        return True, "each trial in a private network namespace with only a loopback", ""
     from injectors.link import system
 
     why = system.available() or "namespaces unavailable"
-    records[name] = {"servers": list(servers), "confined": False, "how": f"not confined: {why}"}
-    progress(
-        f"  note: {name}: {', '.join(servers)} listen on every interface during its trials and could "
-        f"not be confined here ({why})"
-    )
+    return False, f"not confined: {why}", f"during its trials and could not be confined here ({why})"
 
 
 def stage_overhead(scenario: Scenario, info: dict[str, Any], progress: Progress, *, run_id: str) -> None:
