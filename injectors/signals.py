@@ -50,7 +50,7 @@ class Kill:
 class HostDown:
     """One-shot, run by a host's agent: SIGKILL every process below the agent (ranks,
     forkserver, an elastic agent and its workers), deepest first so that nobody is left
-    to restart anyone. The agent then vanishes too (:mod:`bench.procs.agent`)."""
+    to restart anyone. The agent then vanishes too (:mod:`bench.hosts.agent`)."""
 
     duration_s: float | None = None
     ends_host = True

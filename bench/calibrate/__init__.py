@@ -1,5 +1,8 @@
 """``ftbench calibrate``: ftbench's figures against a bare torch.distributed loop.
 
+Layer: above :mod:`bench.run` (whose trials it interleaves with bare ones), below the
+commands.
+
 ftbench is only worth its figures. Calibration runs, on the user's own machine, the same
 fault under the same configuration twice over: through ftbench (the stock ``failstop``
 strategy) and through a bare torch.distributed script with no ftbench code in its ranks

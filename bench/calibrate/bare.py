@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.calibrate.cases import WARMUP_STEPS, Case
+from bench.calibrate.cases import STEPS_BEFORE_FAULT, Case
 from bench.procs.hygiene import kill_all, set_pdeathsig
 from bench.procs.store import bound_store
 
@@ -93,9 +93,9 @@ def _start_rank(case: Case, rank: int, port: int, out: Path, trial_dir: Path) ->
         "--workload",
         case.workload,
         "--steps",
-        str(WARMUP_STEPS + 5000),
+        str(STEPS_BEFORE_FAULT + 5000),
         "--warmup",
-        str(WARMUP_STEPS),
+        str(STEPS_BEFORE_FAULT),
         "--timeout-s",
         str(case.pg_timeout_s),
     ]

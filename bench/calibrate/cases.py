@@ -13,7 +13,7 @@ from typing import Any, Literal
 from bench.scenario.loader import parse
 from bench.scenario.model import Scenario
 
-WARMUP_STEPS = 30
+STEPS_BEFORE_FAULT = 30
 """Steps before the injection: both sides are in their steady state by then."""
 
 
@@ -34,7 +34,7 @@ class Case:
         fault: dict[str, Any] = {
             "kind": self.fault,
             "target": {"ranks": [self.victim]},
-            "trigger": {"at_step": WARMUP_STEPS, "jitter": "step"},
+            "trigger": {"at_step": STEPS_BEFORE_FAULT, "jitter": "step"},
         }
         if self.fault == "stall":
             fault["duration_s"] = self.duration_s

@@ -27,7 +27,7 @@ from bench.run.runner import context
 from bench.run.trial import run_trial
 from bench.scenario.loader import parse, points
 
-WARMUP_STEPS = 20
+STEPS_LEFT_OUT = 20
 """Leading steps of every rank left out of the medians, on both paths."""
 
 
@@ -49,7 +49,7 @@ def ftbench_step_s(
             "kind": workload,
             "world_size": world_size,
             "steps": steps,
-            "warmup_steps": WARMUP_STEPS,
+            "warmup_steps": STEPS_LEFT_OUT,
             "pg_timeout_s": 60,
         },
         "launch": {"interposer": interposer},
@@ -78,7 +78,7 @@ def bare_step_s(workload: str, *, steps: int, world_size: int, out: Path) -> flo
         "--steps",
         str(steps),
         "--warmup",
-        str(WARMUP_STEPS),
+        str(STEPS_LEFT_OUT),
         "--timeout-s",
         "60",
         "--out",
@@ -95,7 +95,7 @@ def bare_step_s(workload: str, *, steps: int, world_size: int, out: Path) -> flo
     done = [json.loads(line) for line in lines.read_text().splitlines() if '"done"' in line]
     if len(done) != world_size:
         raise RuntimeError(f"the bare run of {workload} did not complete ({len(done)} of {world_size} ranks)")
-    return statistics.median(float(s) for d in done for s in d["step_s"][WARMUP_STEPS:])
+    return statistics.median(float(s) for d in done for s in d["step_s"][STEPS_LEFT_OUT:])
 
 
 def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4) -> list[Round]:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.procs.events import EventWriter
 from bench.procs.hygiene import set_pdeathsig
-from bench.results.events import EventWriter
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

@@ -25,7 +25,7 @@ import bench
 from bench.calibrate import probes
 from bench.calibrate.bare import BareTrial, run_bare_trial
 from bench.calibrate.cases import Case
-from bench.procs import environment
+from bench.procs import machine
 from bench.procs.launcher import ProcessHost
 from bench.results.stats import Interval, median, median_difference_ci
 from bench.results.summary import point_stats
@@ -87,17 +87,17 @@ def calibrate(
     progress: Progress = lambda _line: None,
     argv: list[str] | None = None,
 ) -> CalibrationReport:
-    rundir = RunDir.create(out, "calibrate", environment.commit())
+    rundir = RunDir.create(out, "calibrate", machine.commit())
     pts = {c.name: replace(points(c.scenario(seed))[0], label=f"case={c.name} path=ftbench") for c in cases}
     info: dict[str, Any] = {
         "suite": "ftbench",
         "version": bench.__version__,
-        "commit": environment.commit(),
+        "commit": machine.commit(),
         "kind": "calibration",
         "created": _now(),
         "command": argv or [],
-        "clock": environment.clock(),
-        "knobs": environment.knobs(),
+        "clock": machine.clock(),
+        "knobs": machine.knobs(),
         "trials": trials,
         "status": "running",
         "scenario": {"name": "calibrate", "description": "ftbench against bare torch.distributed", "raw": {}},
@@ -107,7 +107,7 @@ def calibrate(
     report = CalibrationReport(rundir=rundir, comparisons=[], probes={}, status="interrupted")
     try:
         with ProcessHost() as host:
-            info["versions"], info["machine"] = environment.versions(), environment.machine()
+            info["versions"], info["machine"] = machine.versions(), machine.host()
             progress("probes: injection stamp to delivery, cost of one event")
             report.probes = probes.measure()
             for trial in range(trials):

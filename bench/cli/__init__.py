@@ -1,5 +1,7 @@
 """The ``ftbench`` command line: a thin layer of click over plain functions.
 
+Layer: the top (with :mod:`bench.pytest_plugin`); nothing imports it.
+
 Everything a command does is a function of :mod:`bench` that a test or a notebook can
 call; these modules only parse arguments, print, and map errors to exit statuses (2 for
 bad input, with one line naming the file and the key). One module per family of

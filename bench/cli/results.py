@@ -102,7 +102,7 @@ def compare(
     """Per point of BASE and CAND: medians, ratio, Mann-Whitney p and an asv-style mark.
     With --env-baseline, BASE alone: its environments against one of them."""
     from bench.results import compare as cmp
-    from bench.results import environments
+    from bench.results import envcompare
 
     b = open_run(base)
     if (cand is None) == (env_baseline is None):
@@ -117,8 +117,8 @@ def compare(
         min_trials=min_trials,
     )
     if env_baseline is not None:
-        click.echo(f"run: {b.path}\nbaseline environment: {environments.normal(env_baseline) or 'the harness own'}")
-        rows, messages = environments.compare_envs(b, env_baseline, opts)
+        click.echo(f"run: {b.path}\nbaseline environment: {envcompare.normal(env_baseline) or 'the harness own'}")
+        rows, messages = envcompare.compare_envs(b, env_baseline, opts)
     else:
         click.echo(f"baseline:  {b.path}\ncandidate: {c.path}")
         rows, messages = cmp.compare_runs(b, c, opts), cmp.run_differences(b, c)

@@ -18,11 +18,11 @@ from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import load, points
 from bench.scenario.registry import Registry
-from bench.strategies import STRATEGIES
-from bench.workloads import WORKLOADS
+from bench.scenario.strategy import STRATEGIES
+from bench.scenario.workload import WORKLOADS
 
 if TYPE_CHECKING:
-    from bench.procs.cluster import Cluster
+    from bench.hosts.cluster import Cluster
     from bench.results.writer import RunDir
 
 
@@ -226,7 +226,7 @@ def _cluster(agents_at: str | None, wait_s: float, env_specs: tuple[str, ...]) -
     """The run's rendezvous with agents the cluster started, from ``--agents-at``."""
     if agents_at is None:
         return None
-    from bench.procs.cluster import Cluster, parse_address
+    from bench.hosts.cluster import Cluster, parse_address
 
     if env_specs:
         raise click.UsageError("--agents-at and --env cannot be combined yet (each environment is a child harness)")
@@ -295,8 +295,8 @@ def host_agent(
     if not re.fullmatch(r"h[0-9]{1,4}", name):
         raise click.BadParameter(f"{name!r}: expected h0, h1, ...", param_hint="--host")
     if serve:
-        from bench.procs.cluster import parse_address
-        from bench.procs.cluster import serve as serve_run
+        from bench.hosts.cluster import parse_address
+        from bench.hosts.cluster import serve as serve_run
 
         try:
             parse_address(controller)
@@ -305,6 +305,6 @@ def host_agent(
         sys.exit(serve_run(controller, name, deadline_s))
     if events_dir is None:
         raise click.UsageError("give --events-dir (one trial), or --serve (a run, agents started by the cluster)")
-    from bench.procs.agent import main as agent_main
+    from bench.hosts.agent import main as agent_main
 
     sys.exit(agent_main(controller, name, events_dir, deadline_s, hostname))

@@ -1,7 +1,10 @@
-"""Processes of a run: the launcher, their hygiene, the guard, what the machine is.
+"""Process mechanics: how a run starts, watches and ends processes on one host.
 
-``launcher`` (the run's forkserver and a trial's store and rank processes), ``hygiene``
-(parent-death signals, the run marker, sweeping), ``guard`` (sweeps a run whose harness
-died), ``leftovers`` (``ftbench cleanup``), ``environment`` (versions, machine, knobs,
-clock for run.json) and ``zygote`` (the forkserver's preload).
+Layer: above :mod:`bench.scenario` only; everything that starts or records a process
+builds on it. ``launcher`` (the run's forkserver and a trial's store and rank
+processes), ``hygiene`` (parent-death signals, the run marker, sweeping), ``guard``
+(sweeps a run whose harness died), ``leftovers`` (``ftbench cleanup``), ``store``
+(stores bound to one address, free ports), ``events`` (the event log every process
+appends to, and its readers), ``venvs`` (the virtual environments of ``--env``) and
+``machine`` (versions, machine, knobs, clock for run.json).
 """

@@ -26,8 +26,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.procs.events import EventWriter
 from bench.procs.hygiene import MARKER, redirect_output, set_pdeathsig, sweep
-from bench.results.events import EventWriter
 from injectors import undo
 
 
@@ -88,7 +88,7 @@ class ProcessHost:
 
 class RankHost(Protocol):
     """What a :class:`LocalLauncher` needs of the process that owns it: the harness's
-    :class:`ProcessHost`, or a host agent (:mod:`bench.procs.agent`) on another host."""
+    :class:`ProcessHost`, or a host agent (:mod:`bench.hosts.agent`) on another host."""
 
     def context(self, start_method: str) -> ForkServerContext | SpawnContext: ...
 
@@ -110,7 +110,7 @@ def rank_context(
     if ctx is None:
         if start_method == "forkserver":
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["bench.procs.zygote"])
+            ctx.set_forkserver_preload(["bench.rank.zygote"])
             multiprocessing.forkserver.ensure_running()
         else:
             ctx = multiprocessing.get_context("spawn")

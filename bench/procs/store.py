@@ -1,4 +1,4 @@
-"""c10d stores that listen where they are told.
+"""c10d stores that listen where they are told, and free ports for servers that pick their own.
 
 ``TCPStore(host_name, ...)`` as a server listens on every interface: the host name is
 where clients connect, not where the server binds (docs/facts.md). So every store the
@@ -38,3 +38,11 @@ def bound_store(host: str = "127.0.0.1", *, timeout_s: float, port: int = 0) -> 
         timeout=datetime.timedelta(seconds=timeout_s),
         master_listen_fd=sock.fileno(),
     )
+
+
+def free_port() -> int:
+    """A free loopback port, for a server that must be told its port up front (a
+    launcher's rendezvous) and binds it itself."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,6 +1,8 @@
 """``ftbench project``: from a run's measured recovery to effective training time on a
 cluster of thousands of GPUs, with every assumption said and a band, not a point.
 
+Layer: above :mod:`bench.report` (whose plotting it shares) and :mod:`bench.results`.
+
 - :mod:`bench.project.assumptions`: the cluster (sizes, failure rate, checkpoint cost
   and interval), defaults with their sources, TOML file and ``--set`` overrides;
 - :mod:`bench.project.source`: the points of a run, reduced to recovered trials' phases;
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.project.assumptions import Cluster
+from bench.project.assumptions import TargetCluster
 from bench.project.fit import choose
 from bench.project.model import Projection, Scaling, project
 from bench.project.source import cores, points, scaling_data
@@ -29,13 +31,15 @@ class Result:
     """Everything ``ftbench project`` shows: one projection per point, and notes."""
 
     run: Run
-    cluster: Cluster
+    cluster: TargetCluster
     projections: list[Projection]
     scaling: Run | None
     notes: list[str] = field(default_factory=list)
 
 
-def build(run: Run, cluster: Cluster, scaling: Run | None = None, *, replicates: int = 1000, seed: int = 0) -> Result:
+def build(
+    run: Run, cluster: TargetCluster, scaling: Run | None = None, *, replicates: int = 1000, seed: int = 0
+) -> Result:
     """Project every point of ``run`` onto ``cluster``; phases grow as fitted on the
     ``scaling`` run where it measured them, and are constant otherwise."""
     notes: list[str] = []

@@ -35,7 +35,7 @@ Rule = Literal["daly", "young"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Cluster:
+class TargetCluster:
     """What the projection assumes about the target cluster; every field a key."""
 
     gpus: tuple[int, ...] = (1_024, 16_384, 100_000)
@@ -149,7 +149,7 @@ def _check(file: str, key: str, v: Any) -> Any:
     elif key == "oversubscribed":
         ok = v in ("measured", "per-core")
     else:
-        raise ConfigError(file, key, "one of " + ", ".join(f.name for f in fields(Cluster)), v)
+        raise ConfigError(file, key, "one of " + ", ".join(f.name for f in fields(TargetCluster)), v)
     if not ok:
         raise ConfigError(file, key, _expect(key), v)
     return v
@@ -179,18 +179,18 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key, _check("--set", key, value)
 
 
-def cluster(file: Path | None = None, sets: tuple[str, ...] = ()) -> Cluster:
+def cluster(file: Path | None = None, sets: tuple[str, ...] = ()) -> TargetCluster:
     """The defaults, then the file's keys, then each ``--set``."""
     changes: dict[str, Any] = read_file(file) if file is not None else {}
     changes.update(parse_set(s) for s in sets)
-    return replace(Cluster(), **changes)
+    return replace(TargetCluster(), **changes)
 
 
-def lines(c: Cluster) -> list[str]:
+def lines(c: TargetCluster) -> list[str]:
     """``key = value  (source)`` for each assumption, changed ones marked as set."""
-    default = Cluster()
+    default = TargetCluster()
     out = []
-    for f in fields(Cluster):
+    for f in fields(TargetCluster):
         v = getattr(c, f.name)
         src = SOURCES[f.name] if v == getattr(default, f.name) else "set by the user"
         shown = ", ".join(f"{x:,}" for x in v) if f.name == "gpus" else (f"{v:.4g}" if isinstance(v, float) else v)

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.project.assumptions import Cluster
+from bench.project.assumptions import TargetCluster
 from bench.project.fit import Choice, ModelName
-from bench.project.source import CATCHUP, Point
+from bench.project.source import CATCHUP, PointFigures
 from bench.scenario.figures import phase_name
 
 #: Parts of the lost time, in the order tables list them.
@@ -109,7 +109,7 @@ class Cell:
 
 @dataclass
 class Projection:
-    point: Point
+    point: PointFigures
     cells: list[Cell] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)
     """Phase -> the growth model used and why."""
@@ -117,12 +117,12 @@ class Projection:
 
 
 def _parts(
-    point: Point,
+    point: PointFigures,
     mean: np.ndarray,
     degraded: np.ndarray,
     shifts: dict[str, np.ndarray],
     n: int,
-    c: Cluster,
+    c: TargetCluster,
     tau: float | None,
 ) -> dict[str, np.ndarray]:
     """Expected seconds lost per failure, by part: ``mean`` is (rows x phases) of mean
@@ -155,8 +155,8 @@ def _effective(
 
 
 def project(
-    point: Point,
-    cluster: Cluster,
+    point: PointFigures,
+    cluster: TargetCluster,
     scaling: dict[str, Scaling],
     *,
     replicates: int = 1000,

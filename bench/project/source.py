@@ -29,7 +29,7 @@ SAME_S = 1e-3
 
 
 @dataclass
-class Point:
+class PointFigures:
     """One (strategy, fault) point of a run, reduced to what the projection needs."""
 
     label: str
@@ -62,7 +62,7 @@ def _num(v: object) -> float:
     return f
 
 
-def points(run: Run) -> list[Point]:
+def points(run: Run) -> list[PointFigures]:
     """Every point of the run with fault trials, in scenario order."""
     out = []
     for p in run.points():
@@ -82,7 +82,7 @@ def points(run: Run) -> list[Point]:
             degraded.append(math.nan if math.isnan(ttfs) else max(0.0, ttfs - (0.0 if math.isnan(down) else down)))
         ckpt = "checkpoint_s" in df and bool((df["checkpoint_s"].astype(float).fillna(0.0) > 0).any())
         out.append(
-            Point(
+            PointFigures(
                 label=str(first["label"]),
                 strategy=str(first.get("strategy", "")),
                 fault=str(first.get("fault", "")),

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.procs.events import EventWriter
 from bench.procs.hygiene import redirect_output, set_pdeathsig
-from bench.results.events import EventWriter
 from bench.scenario.registry import load_path
 
 if TYPE_CHECKING:
@@ -183,8 +183,8 @@ def spec_from_json(text: str, *, file: str) -> RankSpec:
     in the registries, so the file cannot name arbitrary code)."""
     from bench.scenario.config import build
     from bench.scenario.model import RecoverySpec, WorkloadSpec
-    from bench.strategies import STRATEGIES
-    from bench.workloads import WORKLOADS
+    from bench.scenario.strategy import STRATEGIES
+    from bench.scenario.workload import WORKLOADS
 
     raw = json.loads(text)
     w, r = dict(raw.pop("workload")), dict(raw.pop("recovery"))
@@ -212,8 +212,8 @@ def _check_names(spec: RankSpec, file: str) -> None:
     from bench.scenario.config import ConfigError
     from bench.scenario.faults import FAULTS
     from bench.scenario.model import NCCL_NAME
-    from bench.strategies import STRATEGIES
-    from bench.workloads import WORKLOADS
+    from bench.scenario.strategy import STRATEGIES
+    from bench.scenario.workload import WORKLOADS
 
     for i, h in enumerate(spec.hooks):
         if h.kind not in FAULTS:

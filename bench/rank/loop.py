@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
+from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError
 from bench.rank.entry import RankSpec, device, install_hooks
 from bench.rank.policy import Position, RankPolicy
-from bench.results.events import EventWriter
+from bench.rank.workload import Workload
 from bench.scenario.registry import load_path
-from bench.workloads.base import Workload
 
 #: Objects that own process groups of past generations. They are never freed: a gloo
 #: group's destructor joins a worker thread that may wait on a dead peer until its

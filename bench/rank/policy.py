@@ -10,14 +10,18 @@ answers with a :class:`Position` to go on from, or an exit code to end the rank 
 
 from __future__ import annotations
 
+import datetime
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import torch.distributed as dist
+
+from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, Collectives, Hook
 from bench.rank.entry import RankSpec
-from bench.results.events import EventWriter
-from bench.workloads.base import Workload
+from bench.rank.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +78,20 @@ class RankPolicy(ABC):
 
     def finish(self, pos: Position) -> None:
         """Every step is done (called once, before ``train_end``)."""
+
+    def init_group(self, *, gen: int, rank: int, size: int, **how: Any) -> None:
+        """``dist.init_process_group`` on the trial's backend with the workload's
+        process-group timeout, the way the stack's users call it (``how``: its
+        ``store=``/``init_method=`` and any other argument), then ``pg_ready``: the
+        boundary every strategy's figures read the same way."""
+        spec = self.spec
+        dist.init_process_group(
+            spec.backend,
+            rank=rank,
+            world_size=size,
+            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
+            **how,
+        )
+        self.events.emit(
+            "pg_ready", gen=gen, world_size=size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
+        )

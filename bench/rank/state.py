@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bench.procs.events import EventWriter
 from bench.rank.policy import World
-from bench.results.events import EventWriter
-from bench.workloads.base import Workload
+from bench.rank.workload import Workload
 
 
 def save_checkpoint(directory: str, workload: Workload, step: int, events: EventWriter) -> None:

@@ -1,5 +1,8 @@
 """``ftbench report``: Markdown and self-contained HTML with tables and figures.
 
+Layer: above :mod:`bench.results`, whose run directories it reads; below
+:mod:`bench.project` and the commands.
+
 Matplotlib is forced onto its Agg backend before anything draws: reports are made on CI
 machines and servers without a display.
 """

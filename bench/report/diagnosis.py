@@ -10,9 +10,6 @@
   few trials is weak evidence; the bound says how weak.
 - **Stacks of hung ranks.** The ``py-spy dump`` files the harness captured on a detected
   hang (:mod:`bench.run.hangs`), linked relative to the report, and why any failed.
-
-The :class:`~bench.report.document.Report` is passed in (imported for types only:
-``document`` imports this module).
 """
 
 from __future__ import annotations
@@ -22,19 +19,17 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from bench.report.blocks import Report
 from bench.report.plots import save
 from bench.report.series import PALETTE
 from bench.report.tables import seconds
 from bench.results.reader import Run
 from bench.results.stats import median
-
-if TYPE_CHECKING:
-    from bench.report.document import Report
 
 CONFIDENCE = 0.95
 

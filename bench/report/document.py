@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from bench.report import diagnosis, plots, tables, timeline
+from bench.report.blocks import Report
 from bench.report.series import Series, build_series, run_tags
 from bench.results.reader import Run
 
@@ -23,31 +22,6 @@ table.tbl{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.5em}
 table.tbl th,table.tbl td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 table.tbl th{background:#f3f3f3} img{max-width:100%;border:1px solid #eee} figcaption{color:#555;font-size:13px}
 code{background:#f5f5f5;padding:0 3px}"""
-
-
-@dataclass
-class Block:
-    kind: str  # "h1" | "h2" | "h3" | "p" | "table" | "img"
-    text: str = ""
-    table: pd.DataFrame | None = None
-    image: Path | None = None
-    alt: str = ""
-
-
-@dataclass
-class Report:
-    blocks: list[Block] = field(default_factory=list)
-    images: list[Path] = field(default_factory=list)
-
-    def add(self, kind: str, text: str = "", **kw: object) -> None:
-        self.blocks.append(Block(kind, text, **kw))  # type: ignore[arg-type]
-
-    def figure(self, path: Path | None, caption: str, alt: str = "figure") -> None:
-        if path is None:
-            self.add("p", f"_{caption}_")
-            return
-        self.images.append(path)
-        self.add("img", caption, image=path, alt=alt)
 
 
 @dataclass(frozen=True)

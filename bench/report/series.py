@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.results.events import read_events
+from bench.procs.events import read_events
 from bench.results.reader import Run, flatten
 from bench.scenario.figures import outcomes_text, phase_name
 

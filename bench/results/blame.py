@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from bench.results.events import Event
+from bench.procs.events import Event
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from bench.results.events import Event
+from bench.procs.events import Event
 from bench.results.facts import NAN, FaultFigures, TrialFacts, corruption, goodput, trial_facts
 from bench.results.window import FaultWindow, Trial
 from bench.scenario.figures import FAULT_FIGURES

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bench.results.events import Event
+from bench.procs.events import Event
 
 NAN = math.nan
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bench.results.compare import GateOptions, Row, compare_runs, run_differences
-from bench.results.environments import compare_envs
+from bench.results.envcompare import compare_envs
 from bench.results.reader import Run
 from bench.results.stats import statistic
 from bench.scenario.config import ConfigError

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.procs.events import Event
 from bench.results.blame import attribution, blame_correct, false_alarm, hold_s, tolerance_s
-from bench.results.events import Event
 from bench.results.facts import NAN, FaultFigures, TrialFacts, ratio, seconds
 from bench.scenario.figures import FAULT_FIGURES, phase_column
 
@@ -251,7 +251,7 @@ def _mechanism(inj: Event) -> str:
 
 def clock_errors(inj: Event, first: Event, first_rank: Event, window: Sequence[Event]) -> dict[str, float]:
     """The clock-alignment uncertainty (s) of this fault's figures, in trials whose hosts
-    have clocks of their own (events mapped by :func:`bench.results.events.to_controller`
+    have clocks of their own (events mapped by :func:`bench.procs.events.to_controller`
     carry ``t_err``); {} otherwise, so one host's trials.csv is unchanged.
 
     A difference of two stamps of one host is exact (0); of two hosts, the sum of their

@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.procs import envs
-from bench.procs.environment import stack_versions
-from bench.results.events import Event
+from bench.procs.events import Event
 from bench.results.facts import FaultFigures, TrialFacts, world_steps
 from bench.scenario.figures import FAULT_FIGURES, TRIAL_FIGURES, is_phase
 from bench.scenario.model import Point
+from bench.scenario.requirements import parse
+from bench.scenario.strategy import stack_packages
 
 #: The versions that ran each row (``env`` is the point's ``launch.env``, "" for the
-#: harness's own environment): runs across environments compare on them.
-VERSION_COLUMNS = ("env", "python", "torch", "nccl", "torchft", "nvrx")
+#: harness's own environment; then the packages strategies declare): runs across
+#: environments compare on them.
+VERSION_COLUMNS = ("env", "python", "torch", "nccl", *(p.column for p in stack_packages()))
 #: Leading columns of trials.csv; the fault's figures, its phases and the rest follow.
 ID_COLUMNS = (
     "point_hash",
@@ -133,8 +134,12 @@ class RunDir:
         facts: TrialFacts,
         wall_s: float,
         events: Sequence[Event],
+        versions: dict[str, Any],
     ) -> list[dict[str, Any]]:
-        """Commit one trial: all of its rows in one ``write(2)``, then its steps."""
+        """Commit one trial: all of its rows in one ``write(2)``, then its steps.
+
+        ``versions`` are those of the environment the trial ran in (the harness that ran
+        it knows them; this module reads files and probes nothing)."""
         s = point.scenario
         rows = []
         for f in faults:
@@ -154,8 +159,8 @@ class RunDir:
                 "steps_done": facts.steps_done,
                 **{name: getattr(facts, name) for name in TRIAL_FIGURES},
                 "trial_wall_s": wall_s,
-                "env": " ".join(envs.parse(s.launch.env)),
-                **stack_versions(),
+                "env": " ".join(parse(s.launch.env)),
+                **{k: versions.get(k) for k in VERSION_COLUMNS if k != "env"},
             }
             rows.append(row)
         self.add_rows(rows)
@@ -198,7 +203,7 @@ class RunDir:
         return notes
 
     def _rebuild_steps(self, rows: Sequence[dict[str, Any]]) -> None:
-        from bench.results.events import read_events
+        from bench.procs.events import read_events
 
         steps = []
         seen = set()

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.results.events import Event, EventWriter
+from bench.procs.events import Event, EventWriter
 from bench.scenario.faults import FAULTS
 from bench.scenario.model import Scenario
-from bench.strategies import STRATEGIES
+from bench.scenario.strategy import STRATEGIES
 
 DUMP_TIMEOUT_S = 10.0
 """Deadline of one ``py-spy dump`` (it takes ~0.1-0.5 s on a rank; more on loaded cores)."""

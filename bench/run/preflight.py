@@ -11,7 +11,7 @@ from bench.run.trial import confinable
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
-from bench.strategies import STRATEGIES
+from bench.scenario.strategy import STRATEGIES
 
 Progress = Callable[[str], None]
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import bench
-from bench.procs import environment, envs
+from bench.jobs.job import TrialContext
+from bench.procs import machine, venvs
 from bench.procs.launcher import ProcessHost
 from bench.results.facts import TrialFacts
 from bench.results.summary import point_stats
@@ -28,13 +29,12 @@ from bench.results.writer import RunDir
 from bench.run.preflight import exposure, stage_overhead
 from bench.run.trial import TrialResult, run_trial, unavailable
 from bench.scenario.config import ConfigError, to_dict
-from bench.scenario.loader import identity, parse, points, requirements
+from bench.scenario.loader import identity, parse, points
 from bench.scenario.model import Point, Scenario
-from bench.strategies import STRATEGIES
-from bench.strategies.base import TrialContext
+from bench.scenario.requirements import parse as parse_requirements
 
 if TYPE_CHECKING:
-    from bench.procs.cluster import Cluster
+    from bench.hosts.cluster import Cluster
 
 Progress = Callable[[str], None]
 ENV_SPEC = "FTBENCH_ENV_SPEC"
@@ -74,7 +74,7 @@ def run(
     if trials is not None:
         scenario = replace(scenario, measure=replace(scenario.measure, trials=trials))
     pts = points(scenario)
-    rundir = resume or RunDir.create(out, scenario.name, environment.commit())
+    rundir = resume or RunDir.create(out, scenario.name, machine.commit())
     info = rundir.read_run_json() or _initial_info(scenario, pts, argv)
     if resume is not None:
         for note in rundir.repair():  # a run cut short: only whole trials count
@@ -93,9 +93,8 @@ def run(
             cluster.open(max((s.workload.world_size // s.launch.ranks_per_host for s in w), default=0), progress)
             info["cluster"] = {h: dataclasses.asdict(a) for h, a in cluster.agents.items()}
         with contextlib.nullcontext(host) if host else ProcessHost() as session.host:
-            packages = sorted({p for name in STRATEGIES.names() for p in STRATEGIES[name].packages})
-            info.setdefault("versions", environment.versions(packages))
-            info.setdefault("machine", environment.machine())
+            info.setdefault("versions", machine.versions())
+            info.setdefault("machine", machine.host())
             for point in pts:
                 session.run_point(point)
         status = "complete" if only is None else "running"  # a child harness: the parent ends the run
@@ -129,13 +128,13 @@ class Session:
         """Every trial of ``point`` (after its reference), or why it cannot run here.
         A point of another environment (``launch.env``) runs in a child harness started
         with that environment's interpreter."""
-        spec = " ".join(requirements(point.scenario.launch.env))
+        spec = " ".join(parse_requirements(point.scenario.launch.env))
         if spec != os.environ.get(ENV_SPEC, ""):
             self._in_environment(point, spec)
             return
         try:
             w = point.scenario.workload
-            backend = environment.resolve_backend(w.backend, w.world_size)
+            backend = machine.resolve_backend(w.backend, w.world_size)
             why = unavailable(point.scenario, cluster=self.cluster is not None)
             if backend != "nccl" and point.scenario.launch.nccl.environment():
                 why = (
@@ -172,8 +171,8 @@ class Session:
         """Run ``point`` in a child harness in the environment of ``spec``; its rows go to
         this run's directory, its versions into run.json's ``environments``."""
         try:
-            env = envs.prepare(spec, progress=self.progress)
-        except (envs.EnvBuildError, OSError) as err:
+            env = venvs.prepare(spec, progress=self.progress)
+        except (venvs.EnvBuildError, OSError) as err:
             self.skipped[point.label] = f"environment {spec!r}: {err}"
             self.progress(f"  skip {point.label}: environment {spec!r}: {err}")
             self.counter += self.trials
@@ -239,7 +238,7 @@ def _reference(
         return None
     ctx = context(point, 0, host, rundir, backend, fault_free=True, cluster=cluster)
     if (point.point_hash, 0, True) in done:
-        from bench.results.events import read_events
+        from bench.procs.events import read_events
         from bench.results.facts import trial_facts
 
         w = point.scenario.workload
@@ -293,6 +292,7 @@ def record(rundir: RunDir, point: Point, trial: int, backend: str, result: Trial
         facts=result.facts,
         wall_s=result.wall_s,
         events=result.events,
+        versions=machine.stack_versions(),
     )
 
 
@@ -315,11 +315,11 @@ def _initial_info(scenario: Scenario, pts: list[Point], argv: list[str] | None) 
     return {
         "suite": "ftbench",
         "version": bench.__version__,
-        "commit": environment.commit(),
+        "commit": machine.commit(),
         "created": _now(),
         "command": argv or sys.argv,
-        "clock": environment.clock(),
-        "knobs": environment.knobs(),
+        "clock": machine.clock(),
+        "knobs": machine.knobs(),
         "trials": scenario.measure.trials,
         "scenario": {
             "name": scenario.name,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.results.events import Event, EventWriter
+from bench.procs.events import Event, EventWriter
 from bench.scenario.faults import COMPONENTS, FAULTS, FaultSpec
 from injectors.base import Target
 

@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bench.jobs.job import Job, TrialContext, TrialNetwork
+from bench.procs.events import Event, EventTail, EventWriter, read_clocks, read_events
 from bench.results.derive import fault_figures
-from bench.results.events import Event, EventTail, EventWriter, read_clocks, read_events
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.hangs import StackDumps, tolerance
 from bench.run.schedule import ScheduledFault, TrialState
@@ -23,8 +24,7 @@ from bench.run.watchdog import WatchdogLog
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
-from bench.strategies import STRATEGIES
-from bench.strategies.base import Job, TrialContext, TrialNetwork
+from bench.scenario.strategy import STRATEGIES
 
 TICK_S = 0.005
 """Monitor period while a fault is still to fire or to undo: it bounds the lag of a

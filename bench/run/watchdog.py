@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 
-from bench.results.events import EventWriter
+from bench.procs.events import EventWriter
 
 #: (fragment, how): the watchdog's own words, first match wins.
 PATTERNS: tuple[tuple[str, str], ...] = (

@@ -36,8 +36,9 @@ from bench.scenario.model import (
 )
 from bench.scenario.overrides import apply_override, canonical, check_sweep, flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
-from bench.strategies import STRATEGIES
-from bench.workloads import WORKLOADS
+from bench.scenario.requirements import parse as parse_requirements
+from bench.scenario.strategy import STRATEGIES
+from bench.scenario.workload import WORKLOADS
 
 TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch", "sweep", "gate")
 
@@ -245,13 +246,6 @@ def check_figure(name: str, *, file: str, key: str) -> None:
         raise ConfigError(file, key, f"a figure ({figures.known()})", name)
 
 
-def requirements(spec: str) -> list[str]:
-    """The requirements of ``launch.env`` (see :mod:`bench.procs.envs`, which builds them)."""
-    from bench.procs.envs import parse
-
-    return parse(spec)
-
-
 def default_strategy() -> str:
     """The strategy of a scenario that names none (the one declared ``default``)."""
     return next(name for name in STRATEGIES.names() if STRATEGIES[name].default)
@@ -294,7 +288,7 @@ def _cross_check(s: Scenario, file: str) -> None:
         )
     _check_strategy(s, file)
     try:
-        requirements(s.launch.env)
+        parse_requirements(s.launch.env)
     except ValueError as err:
         raise ConfigError(file, "launch.env", "requirements NAME[==VERSION] separated by spaces", str(err)) from None
 

@@ -1,80 +1,13 @@
-"""Recovery strategies: the systems under test.
+"""Recovery strategies: the systems under test, one plug-in folder each.
 
-Each strategy is one folder here: its knobs (the ``[recovery.<name>]`` table) and its
-registration in ``__init__.py``, its harness-side :class:`~bench.strategies.base.Job`,
-and its rank side (a :class:`~bench.rank.policy.RankPolicy` for the shared training
-loop, or a rank main of its own). Shared code never names a strategy: it reads what a
-strategy declares here. ``docs/adding-a-strategy.md`` walks through a new one.
+Layer: above :mod:`bench.jobs`, :mod:`bench.rank` and :mod:`bench.workloads`; found by
+discovery from the registry at the bottom, never imported by name from below.
+
+Each folder declares its knobs (the ``[recovery.<name>]`` table) and registers a
+:class:`~bench.scenario.strategy.Strategy` in its ``__init__.py``; its harness-side
+:class:`~bench.jobs.job.Job` and its rank side (a :class:`~bench.rank.policy.RankPolicy`
+for the shared training loop, or a rank main of its own) sit beside it. The machinery
+several strategies share is one layer down, in :mod:`bench.jobs`; nothing but plug-in
+folders lives here. Shared code never names a strategy: it reads the declaration.
+``docs/adding-a-strategy.md`` walks through a new one.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-from bench.scenario.registry import Plugin, Registry
-
-if TYPE_CHECKING:
-    from bench.scenario.model import Scenario
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Strategy(Plugin):
-    """A strategy's declaration; ``impl`` is ``module:Class`` of its harness-side Job."""
-
-    stack: str
-    """What it runs: the stock stack it stands for, whose own code paths it runs and
-    only observes, or ``ftbench's own design`` for a recovery design of ours."""
-    own_design: bool = False
-    """A recovery design of ftbench's (it may replace parts of the stack), not a stock one."""
-    start_method: Literal["forkserver", "spawn"] = "spawn"
-    """How ftbench's launcher starts its ranks under ``launch.start_method = "auto"``:
-    fresh interpreters (as a real job's launcher) unless its design has warm spares."""
-    supervised: bool = True
-    """The supervisor's notice of a rank's exit is the stack's own detection (a node
-    agent, a scheduler). Without one (plain torch.distributed) it only observes, and its
-    notice is no ``detect``."""
-
-    rank_entry: str = "bench.rank.loop:train"
-    """``module:function(spec, events) -> exit code`` that each rank runs."""
-    rank_policy: str = ""
-    """``module:Class`` of its rank policy, for ranks that run the shared loop."""
-    phases: tuple[tuple[str, str], ...] = (("reconfigure", "reconfigured"), ("restore", "restore_end"))
-    """(phase name, event that ends it) between detection and the first good step:
-    ``event`` or ``event@src`` (the first such event from that source)."""
-    blame: tuple[str, ...] = ()
-    """Where the stack itself names a culprit: ``event@src:field`` (``@src`` optional),
-    an event whose field holds the blamed ranks (a rank, a list of ranks, or a mapping
-    keyed by rank). Empty: the stack names no one, and ``blame_correct``/``tta_s`` stay
-    empty (never 0)."""
-    timeouts: tuple[str, ...] = ("workload.pg_timeout_s",)
-    """Dotted config keys (``workload.X``, ``recovery.<strategy>.X``; ``_ms`` keys are
-    milliseconds) of the timeouts by which the stack declares a silent peer failed; the
-    smallest is its tolerance: a fault shorter than it should be absorbed, and a
-    detection of one is a ``false_alarm``."""
-    components: tuple[str, ...] = ("store",)
-    """Control-plane processes of its trials that a fault may target."""
-    namespaces: bool = False
-    """Its ranks are started by ftbench's launcher, which can place every host in a
-    network namespace of its own (link faults need that)."""
-    agents: bool = False
-    """Its trials can run with ``launch.agents``: its ranks run the shared loop under
-    the shared supervisor, which a host agent plays on each host."""
-    rank_side_faults: bool = True
-    """Its collectives pass through ftbench's rank-side fault hooks."""
-    workloads: tuple[str, ...] = ()
-    """Workload kinds it can train (empty: every one)."""
-    unbound_servers: tuple[str, ...] = ()
-    """Servers of its stack that cannot be told where to bind (they listen on every
-    interface). As root its trials then run in a private network namespace that nothing
-    outside can reach; otherwise run.json says they were not confined."""
-    packages: tuple[str, ...] = ()
-    """Distributions of its stack whose versions every run records (beyond torch)."""
-    default: bool = False
-    """The strategy of a scenario that names none (exactly one declares it)."""
-    check: Callable[[Scenario, str], None] | None = None
-    """Further checks of a point (raising ConfigError), beyond the ones above."""
-
-
-STRATEGIES: Registry[Strategy] = Registry("strategy")

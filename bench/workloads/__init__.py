@@ -1,13 +1,9 @@
-"""Workloads: what the ranks compute while faults are injected.
+"""Workloads: what the ranks compute while faults are injected, one plug-in folder each.
 
-Each workload is one folder here: its knobs (a dataclass, validated from
-``[workload]``) and registration in ``__init__.py``, its rank-side implementation
-beside it (imported lazily: it needs torch). :mod:`bench.workloads.base` is the
-contract.
+Layer: above :mod:`bench.rank`, whose contract they implement; found by discovery.
+
+Each folder declares its knobs (a dataclass, validated from ``[workload]``) and
+registers them in its ``__init__.py`` (:data:`bench.scenario.workload.WORKLOADS`); its
+rank-side implementation sits beside it, imported lazily (it needs torch). The
+contract it implements is :class:`bench.rank.workload.Workload`.
 """
-
-from __future__ import annotations
-
-from bench.scenario.registry import Plugin, Registry
-
-WORKLOADS: Registry[Plugin] = Registry("workload")

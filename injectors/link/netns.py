@@ -164,7 +164,7 @@ class Topology:
             ["ip", "netns", "del", self.hub],
         ]
 
-    # -- where a trial's processes live (see bench.strategies.base.TrialContext) -----------
+    # -- where a trial's processes live (see bench.jobs.job.TrialContext) -----------
     def namespace_for(self, host: int) -> str:
         return self.hosts[host].namespace
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results.events import read_events
+from bench.procs.events import read_events
 from tests.integ.conftest import rows
 
 pytestmark = pytest.mark.integ

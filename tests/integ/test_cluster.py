@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.procs.cluster import Cluster
+from bench.hosts.cluster import Cluster
 from bench.procs.hygiene import MARKER, alive, marked
-from bench.strategies.elastic import free_port
+from bench.procs.store import free_port
 from tests.integ.conftest import rows
 
 pytestmark = [

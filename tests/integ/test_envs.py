@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import envs
-from bench.procs.environment import stack_versions
+from bench.procs import venvs
+from bench.procs.machine import stack_versions
 
 pytestmark = pytest.mark.integ
 
@@ -56,19 +56,19 @@ def ftbench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def old_torchft() -> envs.Environment:
+def old_torchft() -> venvs.Environment:
     """torchft 0.2.0's environment, built (or found in the cache) before the run, so that
     a machine without the package index skips with the reason instead of failing."""
     if stack_versions()["torchft"] is None:
         pytest.skip("torchft is not installed in the harness (pip install 'ftbench[torchft]')")
     try:
-        return envs.prepare(OLD)
-    except envs.EnvBuildError as err:
+        return venvs.prepare(OLD)
+    except venvs.EnvBuildError as err:
         pytest.skip(f"cannot build the environment {OLD!r} here: {err}")
 
 
 @pytest.mark.timeout(420)
-def test_two_environments_side_by_side(old_torchft: envs.Environment, tmp_path: Path) -> None:
+def test_two_environments_side_by_side(old_torchft: venvs.Environment, tmp_path: Path) -> None:
     assert old_torchft.versions["torchft"] == "0.2.0"
     scenario = tmp_path / "envs.toml"
     scenario.write_text(SCENARIO)

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from bench.results.events import read_events
+from bench.procs.events import read_events
 from tests.integ.conftest import rows
 
 pytestmark = [pytest.mark.integ, pytest.mark.root]

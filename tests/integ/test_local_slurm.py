@@ -94,7 +94,7 @@ def test_the_shipped_batch_script_runs_a_scenario(
     import sys
 
     from bench.procs.hygiene import MARKER
-    from bench.strategies.elastic import free_port
+    from bench.procs.store import free_port
 
     monkeypatch.delenv(MARKER, raising=False)  # the job is not a child of this test's runs
     scenario = tmp_path / "slurm.toml"

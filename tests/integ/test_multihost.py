@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs.clock import Offset, Responder
+from bench.hosts.clock import Offset, Responder
+from bench.procs.events import read_events
 from bench.procs.hygiene import alive, marked
 from bench.procs.launcher import ProcessHost
 from bench.procs.store import bound_store
-from bench.results.events import read_events
 from tests.integ.conftest import rows
 
 pytestmark = pytest.mark.integ
@@ -38,7 +38,7 @@ def _need_time_namespaces() -> None:
 PINGER = """
 import datetime, json, sys
 import torch.distributed as dist
-from bench.procs.clock import StorePinger
+from bench.hosts.clock import StorePinger
 store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, False, timeout=datetime.timedelta(seconds=20))
 pinger = StorePinger(store, "clock/h9")
 est = pinger.measure()

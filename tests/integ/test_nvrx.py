@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from bench.results.events import read_events
+from bench.procs.events import read_events
 from tests.integ.conftest import rows
 
 pytestmark = [

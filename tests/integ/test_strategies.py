@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.results.events import read_events
+from bench.procs.events import read_events
 from tests.integ.conftest import rows
 
 pytestmark = pytest.mark.integ

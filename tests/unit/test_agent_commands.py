@@ -1,5 +1,5 @@
 """A host agent does only what its protocol allows: known commands, allow-listed
-elastic agent arguments and environment (bench.procs.agent)."""
+elastic agent arguments and environment (bench.hosts.agent)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs.agent import Agent, key, send
-from bench.results.events import EventWriter
+from bench.hosts.agent import Agent, key, send
+from bench.procs.events import EventWriter
 
 
 class FakeStore:

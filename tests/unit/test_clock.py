@@ -1,4 +1,4 @@
-"""Clock alignment: the min-RTT estimate and its stated uncertainty (bench.procs.clock)."""
+"""Clock alignment: the min-RTT estimate and its stated uncertainty (bench.hosts.clock)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bench.procs.clock import Offset, Sample, combine, estimate
+from bench.hosts.clock import Offset, Sample, combine, estimate
 
 
 def trip(truth: int, t_send: int, out_ns: int, back_ns: int) -> Sample:

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.procs import envs
-from bench.procs.environment import stack_versions
+from bench.procs import venvs
+from bench.procs.machine import stack_versions
 from bench.results import compare as cmp
-from bench.results import environments
+from bench.results import envcompare
 from bench.results import gate as gt
 from bench.results.reader import load
 from bench.scenario.config import ConfigError
@@ -39,12 +39,12 @@ SLOW = [0.050 + 0.001 * i for i in range(8)]
 )
 def test_a_spec_names_packages_of_the_index_only(spec: str) -> None:
     with pytest.raises(ValueError, match="is not a requirement"):
-        envs.parse(spec)
+        venvs.parse(spec)
 
 
 def test_a_spec_is_normalised() -> None:
-    assert envs.parse("  torchft==0.2.0   torch==2.13.0 ") == ["torch==2.13.0", "torchft==0.2.0"]
-    assert envs.parse("") == []
+    assert venvs.parse("  torchft==0.2.0   torch==2.13.0 ") == ["torch==2.13.0", "torchft==0.2.0"]
+    assert venvs.parse("") == []
 
 
 def test_a_bad_spec_is_a_scenario_error_naming_the_key() -> None:
@@ -54,10 +54,10 @@ def test_a_bad_spec_is_a_scenario_error_naming_the_key() -> None:
 
 def test_the_harness_environment_serves_what_it_holds() -> None:
     torch = stack_versions()["torch"].split("+")[0]
-    assert envs.satisfied([f"torch=={torch}"])
-    assert not envs.satisfied(["torch==1.0.0"])
-    assert not envs.satisfied(["surely-not-a-distribution-ftbench==1"])
-    env = envs.prepare(f"torch=={torch}")
+    assert venvs.satisfied([f"torch=={torch}"])
+    assert not venvs.satisfied(["torch==1.0.0"])
+    assert not venvs.satisfied(["surely-not-a-distribution-ftbench==1"])
+    env = venvs.prepare(f"torch=={torch}")
     assert env.python == os.sys.executable and env.spec == f"torch=={torch}"
 
 
@@ -66,8 +66,8 @@ def test_a_cache_others_can_write_is_refused(tmp_path: Path, monkeypatch: pytest
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)
     monkeypatch.setenv("FTBENCH_ENV_DIR", str(cache))
-    with pytest.raises(envs.EnvBuildError, match="nobody else can write"):
-        envs.prepare("surely-not-a-distribution-ftbench==1")
+    with pytest.raises(venvs.EnvBuildError, match="nobody else can write"):
+        venvs.prepare("surely-not-a-distribution-ftbench==1")
 
 
 def test_environments_are_points_of_their_own() -> None:
@@ -102,8 +102,8 @@ def _two_envs(tmp_path: Path, slow_env: str) -> Path:
 
 def test_one_environment_is_the_baseline_of_the_other(tmp_path: Path) -> None:
     run = load(_two_envs(tmp_path, "torch==2.14.1"))
-    assert environments.environments(run) == ["", "torch==2.14.1"]
-    base, others = environments.split(run, "")
+    assert envcompare.environments(run) == ["", "torch==2.14.1"]
+    base, others = envcompare.split(run, "")
     ((env, cand),) = others
     assert env == "torch==2.14.1"
     assert [p["label"] for p in base.points()] == [p["label"] for p in cand.points()] == ["kill"]
@@ -121,7 +121,7 @@ def test_one_environment_is_the_baseline_of_the_other(tmp_path: Path) -> None:
 def test_an_unknown_environment_baseline_names_the_ones_there(tmp_path: Path) -> None:
     run = load(_two_envs(tmp_path, "torch==2.14.1"))
     with pytest.raises(ConfigError, match=r"--env-baseline.*torch==2\.14\.1"):
-        environments.split(run, "torch==9.9")
+        envcompare.split(run, "torch==9.9")
 
 
 def test_compare_and_gate_commands_take_an_environment_baseline(tmp_path: Path) -> None:
@@ -134,3 +134,16 @@ def test_compare_and_gate_commands_take_an_environment_baseline(tmp_path: Path) 
     assert out.exit_code == 1 and "REGRESSION" in out.output, out.output
     out = runner.invoke(cli, ["compare", str(path)])
     assert out.exit_code == 2 and "--env-baseline" in out.output
+
+
+def test_an_environment_that_shadows_ftbench_is_refused(tmp_path: Path) -> None:
+    """A requirement that ships a top-level ``bench`` would be imported by the ranks in
+    place of ftbench's own: the build is refused, naming it, and nothing is left."""
+    venv = tmp_path / "env"
+    purelib = venv / "lib" / "python3" / "site-packages"
+    (purelib / "bench").mkdir(parents=True)
+    with pytest.raises(venvs.EnvBuildError, match="top-level module named bench"):
+        venvs._refuse_shadows(venv, purelib, ["somebench==1"])
+    assert not venv.exists()
+    (purelib).mkdir(parents=True)
+    venvs._refuse_shadows(venv, purelib, ["torch==2.13.0"])  # nothing of ours shadowed: no error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.results.events import EventTail, EventWriter, read_events
+from bench.procs.events import EventTail, EventWriter, read_events
 
 
 def test_writer_and_tail(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.results.events import EventWriter, read_events
+from bench.procs.events import EventWriter, read_events
 from bench.run.schedule import ScheduledFault, TrialState
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import load

@@ -11,8 +11,8 @@ import pytest
 from bench.rank.entry import RankSpec, spec_from_json, spec_to_json
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import load, point_hash, points
-from bench.strategies import STRATEGIES
-from bench.workloads import WORKLOADS
+from bench.scenario.strategy import STRATEGIES
+from bench.scenario.workload import WORKLOADS
 
 BASE = """
 name = "k"

@@ -199,7 +199,7 @@ def test_loss_delta_and_goodput_against_a_reference() -> None:
 
 
 def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
-    from bench.strategies import STRATEGIES
+    from bench.scenario.strategy import STRATEGIES
 
     e = steps([0, 1, 2], 1, 10, t0_ms=10) + [
         ev(100.5, "inject", src="harness", fault=0, kind="kill", ranks=[1]),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bench.results.blame import named_ranks
-from bench.strategies import STRATEGIES
+from bench.scenario.strategy import STRATEGIES
 from tests.unit.test_metrics import ev, figures, recovered_kill, steps, train_end
 
 REINIT_BLAME = STRATEGIES["reinit"].blame

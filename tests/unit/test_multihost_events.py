@@ -1,13 +1,13 @@
 """Stamps of agent hosts mapped onto the harness's clock, and the uncertainty the
-figures that subtract stamps of two hosts carry (bench.results.events, window)."""
+figures that subtract stamps of two hosts carry (bench.procs.events, window)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from bench.procs.events import CLOCKS_FILE, EventWriter, read_events
 from bench.results.derive import fault_figures
-from bench.results.events import CLOCKS_FILE, EventWriter, read_events
 
 S = 10**9
 CLOCKS = {

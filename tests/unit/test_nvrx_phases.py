@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from bench.jobs.elastic import instrument
 from bench.results.derive import fault_figures
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import parse
-from bench.strategies import STRATEGIES
-from bench.strategies.elastic import instrument
+from bench.scenario.strategy import STRATEGIES
 from bench.strategies.nvrx_launcher import NVRxLauncherParams
 from bench.strategies.nvrx_launcher.job import ft_config, launcher_args
 

@@ -54,7 +54,7 @@ def test_optimal_interval_young_and_daly() -> None:
 
 def test_default_failure_rate_is_llama3s_count() -> None:
     # On Llama 3's own cluster the default gives back its count: 419 in 54 days.
-    c = assumptions.Cluster()
+    c = assumptions.TargetCluster()
     assert c.rate(16_384) * 54 * 86_400 == pytest.approx(419)
 
 
@@ -68,7 +68,7 @@ def test_shrunken_world_pays_degraded_throughput_until_full_strength(tmp_path: P
 
 def test_shares_and_training_add_up_to_one(tmp_path: Path) -> None:
     run = write_run(tmp_path, "s", {"strategy=restart": [_full(0.5, 3.0, checkpoint_s=0.2)] * 3})
-    cell = build(load(run), assumptions.Cluster(), replicates=20).projections[0].cells[1]
+    cell = build(load(run), assumptions.TargetCluster(), replicates=20).projections[0].cells[1]
     assert cell.effective + sum(cell.shares.values()) == pytest.approx(1.0)
 
 

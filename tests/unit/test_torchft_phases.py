@@ -19,7 +19,7 @@ from bench.results.derive import fault_figures
 from bench.results.facts import trial_facts
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import parse
-from bench.strategies import STRATEGIES
+from bench.scenario.strategy import STRATEGIES
 from bench.strategies.torchft.lighthouse import parse_quorum_line
 from bench.strategies.torchft.version import ddp_workaround_needed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.results.events import EventWriter, read_events
+from bench.procs.events import EventWriter, read_events
 from bench.run.watchdog import WatchdogLog, glog_wall_ns, watchdog_how
 
 LINE = (

@@ -7,8 +7,10 @@ a gradient bucket) is a hook the rank runs: the harness arms it with a real-time
 (:class:`injectors.rankside.Arm`) and the rank records the injection when the hook acts.
 The knobs reach either as keyword arguments (:meth:`FaultSpec.knobs`).
 
-Each module of this package declares one family of kinds; a new kind is a new module
-(or an entry in its family's), found by :func:`bench.scenario.registry.discover`.
+Each module of this package declares kinds of one mechanism (``process``: signals to
+processes, in the families ``process`` and ``hang``; ``rankside``: hooks in a rank;
+``link``: a host's network); a new kind is a new module or an entry in one, found by
+:func:`bench.scenario.registry.discover`.
 """
 
 from __future__ import annotations

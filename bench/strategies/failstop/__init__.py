@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Strategy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,7 +23,7 @@ STRATEGIES.register(
     Strategy(
         name="failstop",
         params=FailstopParams,
-        impl="bench.strategies.supervisor:SupervisedJob",
+        impl="bench.jobs.supervisor:SupervisedJob",
         rank_policy="bench.strategies.failstop.policy:FailStop",
         stack="plain torch.distributed (blocking all_reduce, DDP's built-in reducer)",
         supervised=False,

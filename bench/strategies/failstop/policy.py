@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import datetime
-
 import torch.distributed as dist
 
 from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_FAILED, store_client
 from bench.rank.policy import Position, RankPolicy, World
-from bench.workloads.base import Workload
+from bench.rank.workload import Workload
 
 
 class FailStop(RankPolicy):
     def start(self, workload: Workload) -> Position:
         spec = self.spec
         world = World(gen=0, members=spec.members, me=spec.rank)
-        dist.init_process_group(
-            spec.backend,
-            store=dist.PrefixStore("pg0", store_client(spec)),
-            rank=world.group_rank,
-            world_size=world.size,
-            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
-        )
-        self.events.emit(
-            "pg_ready", gen=0, world_size=world.size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
+        self.init_group(
+            gen=0, rank=world.group_rank, size=world.size, store=dist.PrefixStore("pg0", store_client(spec))
         )
         comm = StockCollectives(
             group_rank=world.group_rank, group_size=world.size, hooks=self.hooks, interpose=spec.interpose

@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
 
+from bench.jobs.nvrx import NVRX
 from bench.scenario.config import ConfigError, bounded
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Strategy
 
 if TYPE_CHECKING:
     from bench.scenario.model import Scenario
@@ -121,15 +122,15 @@ STRATEGIES.register(
         name="nvrx-inprocess",
         params=NVRxInprocessParams,
         impl="bench.strategies.nvrx_inprocess.job:NVRxInprocessJob",
-        rank_entry="bench.strategies.nvrx_inprocess.rank:rank_main",
-        rank_policy="bench.strategies.nvrx_inprocess.rank:NVRxInprocess",
+        rank_entry="bench.strategies.nvrx_inprocess.policy:rank_main",
+        rank_policy="bench.strategies.nvrx_inprocess.policy:NVRxInprocess",
         stack="NVRx in-process restart: inprocess.Wrapper (its store, monitors, abort, rank assignment)",
         supervised=False,  # NVRx's monitor processes notice a dead rank; nothing else does
         components=("store",),
         blame=("nvrx_rank_assignment_start:terminated",),  # NVRx's terminated ranks at its next iteration
         timeouts=("workload.pg_timeout_s", "recovery.nvrx-inprocess.soft_timeout_s"),
         unbound_servers=("NVRx's inprocess TCPStore (hosted by rank 0)",),
-        packages=("nvidia-resiliency-ext",),
+        packages=(NVRX,),
         phases=(
             ("abort", "nvrx_abort_end"),  # monitor threads: last-call wait, AbortTorchDistributed
             ("finalize", "nvrx_finalize_end"),  # main threads interrupted, Finalize done

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bench.jobs.nvrx import nvrx_unavailable, nvrx_version
+from bench.jobs.supervisor import SupervisedJob
+from bench.procs.store import free_port
 from bench.rank.entry import RankSpec
 from bench.scenario.model import Scenario
-from bench.strategies.elastic import free_port
-from bench.strategies.nvrx import nvrx_unavailable, nvrx_version
 from bench.strategies.nvrx_inprocess import STORE_PORT_KEY
-from bench.strategies.supervisor import SupervisedJob
 
 
 class NVRxInprocessJob(SupervisedJob):

@@ -36,7 +36,7 @@ from nvidia_resiliency_ext.inprocess.initialize import Initialize
 from nvidia_resiliency_ext.inprocess.rank_assignment import RankAssignment
 from nvidia_resiliency_ext.inprocess.store import StoreMixin
 
-from bench.results.events import EventWriter
+from bench.procs.events import EventWriter
 
 Emit = Callable[..., Any]
 

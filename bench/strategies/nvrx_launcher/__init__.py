@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from bench.jobs.nvrx import NVRX
 from bench.scenario.config import bounded
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Strategy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,7 +84,7 @@ STRATEGIES.register(
             "ft_launcher's c10d rendezvous store",
             "the store rank 0 hosts for the workers' process group (env://)",
         ),
-        packages=("nvidia-resiliency-ext",),
+        packages=(NVRX,),
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed (or killed) worker
             ("teardown", "teardown_end"),  # surviving workers stopped

@@ -4,7 +4,7 @@ This runs NVRx's real ``ft_launcher`` main, its own ``LocalElasticAgent`` (a for
 torchrun's, vendored by NVRx) and its ``RankMonitorServer`` processes. It only wraps
 methods so that each records an event and then returns what the original returned:
 
-- the agent's lifecycle, as for torchrun (:func:`bench.strategies.elastic.instrument`):
+- the agent's lifecycle, as for torchrun (:func:`bench.jobs.elastic.instrument`):
   ``detect`` by the agent's monitor, ``teardown_*``, ``rendezvous_*``, ``workers_started``;
 - each rank monitor's two timeout checks (``_is_hb_timeout_elapsed``,
   ``_is_section_timeout_elapsed``): the first check of a connected rank that finds its
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.results.events import EventWriter
-from bench.strategies.elastic import agent_main, instrument
+from bench.jobs.elastic import agent_main, instrument
+from bench.procs.events import EventWriter
 
 
 class MonitorEvents:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bench.jobs.elastic import ElasticJob
+from bench.jobs.nvrx import nvrx_unavailable, nvrx_version
 from bench.scenario.model import Scenario
-from bench.strategies.elastic import ElasticJob
-from bench.strategies.nvrx import nvrx_unavailable, nvrx_version
 from bench.strategies.nvrx_launcher import NVRxLauncherParams
 
 STEP_SECTION = "step"

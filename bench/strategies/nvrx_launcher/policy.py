@@ -13,13 +13,13 @@ from __future__ import annotations
 from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
 
 from bench.rank.policy import Position
+from bench.rank.workload import Workload
 from bench.strategies.nvrx_launcher import NVRxLauncherParams
 from bench.strategies.nvrx_launcher.job import STEP_SECTION
-from bench.strategies.restart.policy import Restart
-from bench.workloads.base import Workload
+from bench.strategies.restart.policy import RestartPolicy
 
 
-class NVRxLauncher(Restart):
+class NVRxLauncher(RestartPolicy):
     def start(self, workload: Workload) -> Position:
         params: NVRxLauncherParams = self.spec.recovery.params
         self.sections = params.hang_detection == "sections"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.scenario.config import bounded
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Strategy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

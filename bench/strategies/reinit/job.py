@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from bench.jobs.supervisor import SupervisedJob
 from bench.rank.entry import RankSpec
 from bench.strategies.reinit import ReinitParams
-from bench.strategies.supervisor import SupervisedJob
 
 
 class ReinitJob(SupervisedJob):

@@ -17,16 +17,16 @@ from typing import Any
 
 import torch.distributed as dist
 
+from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, CorruptionDetected, Hook
 from bench.rank.entry import EXIT_LEFT, RankSpec, store_client
 from bench.rank.loop import RETIRED
 from bench.rank.policy import Position, RankPolicy, World
 from bench.rank.state import restore_from_peer
-from bench.results.events import EventWriter
+from bench.rank.workload import Workload
 from bench.strategies.reinit import ReinitParams
 from bench.strategies.reinit.collectives import AbortableCollectives, Watch
 from bench.strategies.reinit.membership import Membership
-from bench.workloads.base import Workload
 
 
 class KeyWatch:
@@ -114,21 +114,10 @@ class Reinit(RankPolicy):
     def form_group(self, world: World) -> AbortableCollectives:
         """Process group of generation ``world.gen`` on its own store prefix."""
         spec = self.spec
-        dist.init_process_group(
-            spec.backend,
-            store=dist.PrefixStore(f"pg{world.gen}", self.store),
-            rank=world.group_rank,
-            world_size=world.size,
-            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
+        self.init_group(
+            gen=world.gen, rank=world.group_rank, size=world.size, store=dist.PrefixStore(f"pg{world.gen}", self.store)
         )
         watch = Watch(store=self.watch_store, key=Membership.abort_key(world.gen), timeout_s=spec.wait_s)
-        self.events.emit(
-            "pg_ready",
-            gen=world.gen,
-            world_size=world.size,
-            backend=spec.backend,
-            pg_timeout_s=spec.workload.pg_timeout_s,
-        )
         return AbortableCollectives(
             group_rank=world.group_rank, group_size=world.size, backend=spec.backend, watch=watch, hooks=self.hooks
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from bench.scenario.config import ConfigError, bounded
 from bench.scenario.limits import MAX_SECONDS
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Strategy
 
 if TYPE_CHECKING:
     from bench.scenario.model import Scenario
@@ -73,8 +73,8 @@ STRATEGIES.register(
     Strategy(
         name="restart",
         params=RestartParams,
-        impl="bench.strategies.restart.job:Restart",
-        rank_policy="bench.strategies.restart.policy:Restart",
+        impl="bench.strategies.restart.job:RestartJob",
+        rank_policy="bench.strategies.restart.policy:RestartPolicy",
         stack="torchrun's elastic agent; plain torch.distributed in the workers",
         components=("agent",),
         blame=("detect@agent:first_failure",),  # torchrun's root cause: its first observed failure

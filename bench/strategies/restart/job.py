@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from bench.strategies.elastic import ElasticJob
+from bench.jobs.elastic import ElasticJob
 from bench.strategies.restart import RestartParams
 
 
-class Restart(ElasticJob):
+class RestartJob(ElasticJob):
     agent_module = "bench.strategies.restart.torchrun"
     log_name = "torchrun.log"
 

@@ -7,34 +7,22 @@ tears the group down and starts a new one, which resumes from rank 0's checkpoin
 
 from __future__ import annotations
 
-import datetime
 import os
-
-import torch.distributed as dist
 
 from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_FAILED
 from bench.rank.policy import Position, RankPolicy, World
 from bench.rank.state import restore_checkpoint, save_checkpoint
+from bench.rank.workload import Workload
 from bench.strategies.restart import RestartParams
-from bench.workloads.base import Workload
 
 
-class Restart(RankPolicy):
+class RestartPolicy(RankPolicy):
     def start(self, workload: Workload) -> Position:
         spec = self.spec
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         gen = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        dist.init_process_group(
-            spec.backend,
-            init_method="env://",
-            rank=rank,
-            world_size=size,
-            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
-        )
-        self.events.emit(
-            "pg_ready", gen=gen, world_size=size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
-        )
+        self.init_group(gen=gen, rank=rank, size=size, init_method="env://")
         if gen > 0:
             self.events.emit("reconfigured", gen=gen, world_size=size)
         world = World(gen=gen, members=tuple(range(size)), me=rank)

@@ -3,7 +3,7 @@
 This runs the real ``torch.distributed.run`` and its real ``LocalElasticAgent``; it only
 wraps four of the agent's methods so that each records an event (with the monotonic
 clock of the host) before and after calling the original
-(:func:`bench.strategies.elastic.instrument`). The agent's behaviour is unchanged; its
+(:func:`bench.jobs.elastic.instrument`). The agent's behaviour is unchanged; its
 timeline becomes visible:
 
 - ``detect`` (src ``agent``, how ``agent_monitor``): the first monitor pass that finds
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sys
 
-from bench.results.events import EventWriter
-from bench.strategies.elastic import agent_main, instrument
+from bench.jobs.elastic import agent_main, instrument
+from bench.procs.events import EventWriter
 
 
 def run(events: EventWriter, torchrun_args: list[str]) -> None:

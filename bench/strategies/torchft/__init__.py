@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from bench.scenario.config import ConfigError, bounded
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Package, Strategy
 
 if TYPE_CHECKING:
     from bench.scenario.model import Scenario
@@ -101,7 +101,7 @@ STRATEGIES.register(
             "torchft's Manager (binds [::])",
             "torchft's HTTP checkpoint transport (binds every interface)",
         ),
-        packages=("torchft", "torchft-nightly"),
+        packages=(Package(column="torchft", module="torchft", dists=("torchft", "torchft-nightly")),),
         check=check,
         summary="per-step fault tolerance with torchft: lighthouse quorum, live healing from peers",
     )

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.jobs.supervisor import SupervisedJob
 from bench.scenario.model import Scenario
-from bench.strategies.supervisor import SupervisedJob
 from bench.strategies.torchft import TorchFTParams, lighthouse
 from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
 

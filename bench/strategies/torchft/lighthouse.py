@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from bench.procs.events import EventWriter
 from bench.procs.hygiene import set_pdeathsig
 from bench.procs.launcher import publish
-from bench.results.events import EventWriter
 
 LIGHTHOUSE_KEY = "torchft/lighthouse"
 """Launcher-store key holding the lighthouse's address, read by every replica."""

@@ -47,11 +47,11 @@ from torchft.checkpointing import HTTPTransport
 from torchft.ddp import DistributedDataParallel
 from torchft.optim import OptimizerWrapper
 
+from bench.procs.events import ADDRESS_ENV, EventWriter
 from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
 from bench.rank.comm import classify
 from bench.rank.entry import RankSpec, device, store_client
-from bench.results.events import ADDRESS_ENV, EventWriter
 from bench.scenario.registry import load_path
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
 from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version

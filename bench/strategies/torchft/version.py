@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from bench.procs.environment import provider
+from bench.procs.machine import provider
 
 #: The first torchft-nightly whose DDP returns a failed bucket unchanged.
 FIXED_NIGHTLY = (2026, 10, 26)

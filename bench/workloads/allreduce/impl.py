@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from bench.rank.comm import CollectiveError, Collectives
+from bench.rank.workload import Workload
 from bench.workloads.allreduce import AllReduceParams
-from bench.workloads.base import Workload
 
 
 class AllReduceWorkload(Workload):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from bench.scenario.config import bounded
 from bench.scenario.registry import Plugin
-from bench.workloads import WORKLOADS
+from bench.scenario.workload import WORKLOADS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

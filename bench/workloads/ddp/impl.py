@@ -19,7 +19,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.rank.comm import Collectives, CorruptionDetected, site
-from bench.workloads.base import Workload
+from bench.rank.workload import Workload
 from bench.workloads.ddp import DDPParams
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.scenario.config import bounded
-from bench.strategies import STRATEGIES, Strategy
+from bench.scenario.strategy import STRATEGIES, Strategy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,7 +23,7 @@ STRATEGIES.register(
     Strategy(
         name="giveup",
         params=GiveUpParams,
-        impl="bench.strategies.supervisor:SupervisedJob",
+        impl="bench.jobs.supervisor:SupervisedJob",
         rank_policy="tests.plugins.giveup.policy:GiveUp",
         stack="plain torch.distributed",
         summary="test plug-in: survivors give up at the first failure",

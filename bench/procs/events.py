@@ -26,14 +26,14 @@ Event = dict[str, Any]
 CLOCK = "CLOCK_MONOTONIC via time.monotonic_ns(); shared by every process of one host"
 
 HOST_ENV = "FTBENCH_HOST"
-"""Set by a host agent (:mod:`bench.procs.agent`) for itself and its ranks: every event
+"""Set by a host agent (:mod:`bench.hosts.agent`) for itself and its ranks: every event
 they write carries ``host``, so its stamps can be mapped onto the controller's clock."""
 ADDRESS_ENV = "FTBENCH_HOST_ADDRESS"
 """Set by a host agent: the address the other hosts reach this one at, where a rank
 serves what its peers on other hosts connect to (torchft's replica-group store)."""
 CLOCKS_FILE = "clocks.json"
 """In a trial's events directory: each agent host's offset to the harness's clock and its
-uncertainty (:mod:`bench.procs.clock`); absent on one host."""
+uncertainty (:mod:`bench.hosts.clock`); absent on one host."""
 STAMPS = ("t", "t_sent")
 """Fields that are CLOCK_MONOTONIC stamps (mapped between hosts); the rest are durations."""
 
@@ -146,7 +146,7 @@ def read_events(directory: str | Path) -> list[Event]:
 
 def read_clocks(directory: str | Path) -> dict[str, dict[str, Any]]:
     """``host -> {offset_ns, err_ns, start, end, ...}`` of a trial's agent hosts, as the
-    harness wrote them (:mod:`bench.procs.agents`); {} on one host."""
+    harness wrote them (:mod:`bench.hosts.launcher`); {} on one host."""
     path = Path(directory) / CLOCKS_FILE
     if not path.exists():
         return {}

@@ -19,7 +19,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import re
 import shutil
 import site
 import stat
@@ -30,13 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: One requirement: a distribution name with an optional version clause; no URLs, paths
-#: or options (a spec names packages of the configured index, nothing else).
-REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?((===?|[<>!~]=|[<>])[A-Za-z0-9.*+!_-]+)?")
+from bench.scenario.requirements import parse
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800.0
 """A CUDA build of torch is several GB: installing it can take minutes."""
-PROBE = "import json; from bench.procs.environment import stack_versions; print(json.dumps(stack_versions()))"
+PROBE = "import json; from bench.procs.machine import stack_versions; print(json.dumps(stack_versions()))"
 """Run by an environment's interpreter (ftbench is on its path through the .pth file)."""
 
 
@@ -52,15 +50,6 @@ class Environment:
     """The interpreter that runs the point's trials."""
     versions: dict[str, Any] = field(default_factory=dict)
     """What it holds: python, torch, nccl, torchft, nvrx."""
-
-
-def parse(spec: str) -> list[str]:
-    """The requirements of a spec, or ValueError naming the one that is not one."""
-    reqs = spec.split()
-    for r in reqs:
-        if not REQUIREMENT.fullmatch(r):
-            raise ValueError(f"{r!r} is not a requirement of the form NAME[==VERSION] (no URLs, paths or options)")
-    return sorted(reqs)
 
 
 def satisfied(reqs: list[str]) -> bool:
@@ -88,12 +77,12 @@ def prepare(spec: str, *, progress: Callable[[str], None] = lambda _line: None) 
     """The environment of ``spec``, built and cached on first use."""
     reqs = parse(spec)
     if not reqs:
-        from bench.procs.environment import stack_versions
+        from bench.procs.machine import stack_versions
 
         return Environment(spec="", python=sys.executable, versions=stack_versions())
     normal = " ".join(reqs)
     if satisfied(reqs):
-        from bench.procs.environment import stack_versions
+        from bench.procs.machine import stack_versions
 
         progress(f"  environment {normal!r}: the harness's own environment has it")
         return Environment(spec=normal, python=sys.executable, versions=stack_versions())
@@ -122,9 +111,26 @@ def _build(path: Path, reqs: list[str]) -> None:
         timeout=60,
         check=True,
     ).stdout.strip()
+    _refuse_shadows(path, Path(purelib), reqs)
     # After the environment's own packages: ftbench itself, then the harness's packages.
     harness = [p for p in site.getsitepackages() if Path(p).is_dir()]
     Path(purelib, "zz-ftbench-harness.pth").write_text("\n".join([str(REPO_ROOT), *harness]) + "\n")
+
+
+SHADOWED = ("bench", "injectors")
+"""ftbench's import names: an environment that ships its own would run that instead."""
+
+
+def _refuse_shadows(venv: Path, purelib: Path, reqs: list[str]) -> None:
+    """EnvBuildError when a requirement installed a top-level ``bench`` or ``injectors``
+    (docs/design.md, "Import names"): ranks would import it in place of ftbench's."""
+    found = [n for n in SHADOWED if (purelib / n).is_dir() or (purelib / f"{n}.py").is_file()]
+    if found:
+        shutil.rmtree(venv, ignore_errors=True)  # never left half-built for a later run to use
+        raise EnvBuildError(
+            f"the requirements {reqs} install a top-level module named {', '.join(found)}, "
+            "which would shadow ftbench's own package of that name"
+        )
 
 
 def probe(python: str) -> dict[str, Any]:

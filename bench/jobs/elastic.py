@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,21 +29,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.jobs.job import Job, host_launcher, rank_spec
+from bench.procs.events import EventWriter
 from bench.procs.hygiene import marked_pids, set_pdeathsig
+from bench.procs.store import free_port
 from bench.rank.entry import spec_to_json
-from bench.results.events import EventWriter
-from bench.strategies.base import Job, rank_spec
 from injectors.link.netns import enter
 
 ELASTIC_PORT = 29400
 """torchrun's default rendezvous port: free in a trial's fresh host namespaces."""
-
-
-def free_port() -> int:
-    """A free loopback port (a launcher needs its rendezvous port up front)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def instrument(cls: type, events: EventWriter, failed_states: Sequence[Any]) -> None:
@@ -167,13 +160,12 @@ class ElasticJob(Job):
     def _start_on_hosts(self) -> None:
         """``launch.agents``: one elastic agent per host (``--nnodes`` hosts, c10d
         rendezvous on host h0's address), each started by that host's agent."""
-        from bench.procs.agent import send
-        from bench.procs.agents import for_trial
-        from bench.strategies import STRATEGIES
+        from bench.hosts.agent import send
+        from bench.scenario.strategy import STRATEGIES
 
         ctx = self.ctx
         s = ctx.scenario
-        self.hosts = for_trial(ctx, start_method="spawn", supervised=True)
+        self.hosts = host_launcher(ctx, start_method="spawn", supervised=True)
         self.hosts.start_store()
         spec = rank_spec(
             ctx,
@@ -203,7 +195,7 @@ class ElasticJob(Job):
         outlive a killed agent (docs/facts.md), and what they do then is part of the trial.
         With host agents: when every host's elastic agent has exited (or its host agent)."""
         if hasattr(self, "hosts"):
-            from bench.procs.agent import key
+            from bench.hosts.agent import key
 
             h = self.hosts
             done = all(h.control.check([key(n, "elastic_exit")]) or h.agents[n].poll() is not None for n in h.names())

@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.jobs.job import Job, host_launcher, rank_spec, start_method
+from bench.procs.events import EventWriter
 from bench.procs.launcher import LocalLauncher, RankProcess
 from bench.rank.entry import EXIT_LEFT, EXIT_OK, RankSpec
 from bench.rank.entry import main as rank_process_main
-from bench.results.events import EventWriter
-from bench.strategies import STRATEGIES
-from bench.strategies.base import Job, rank_spec, start_method
+from bench.scenario.strategy import STRATEGIES
 
 
 class SupervisedJob(Job):
@@ -48,7 +48,7 @@ class SupervisedJob(Job):
 
     def make_launcher(self) -> LocalLauncher:
         """The harness's own launcher, or with ``launch.agents`` one that has a host agent
-        start each host's ranks (:mod:`bench.procs.agents`)."""
+        start each host's ranks (:mod:`bench.hosts.launcher`)."""
         ctx = self.ctx
         where: dict[str, Any] = dict(
             host=ctx.host,
@@ -60,9 +60,7 @@ class SupervisedJob(Job):
         )
         if not ctx.scenario.launch.agents:
             return LocalLauncher(**where)
-        from bench.procs.agents import for_trial
-
-        return for_trial(
+        return host_launcher(
             ctx, start_method=where["start_method"], supervised=STRATEGIES[ctx.scenario.recovery.strategy].supervised
         )
 

@@ -29,13 +29,14 @@ from nvidia_resiliency_ext import inprocess
 from nvidia_resiliency_ext.inprocess import health_check, initialize, rank_assignment
 from nvidia_resiliency_ext.inprocess.abort import AbortTorchDistributed
 
+from bench.jobs.nvrx import nvrx_version
+from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_LEFT, RankSpec, store_client
 from bench.rank.loop import train
 from bench.rank.policy import Position, RankPolicy, World
 from bench.rank.state import restore_checkpoint, save_checkpoint
-from bench.results.events import EventWriter
-from bench.strategies.nvrx import nvrx_version
+from bench.rank.workload import Workload
 from bench.strategies.nvrx_inprocess import STORE_PORT_KEY, NVRxInprocessParams
 from bench.strategies.nvrx_inprocess.observe import (
     ObservedAbort,
@@ -46,7 +47,6 @@ from bench.strategies.nvrx_inprocess.observe import (
     StoreEvents,
     observe_store,
 )
-from bench.workloads.base import Workload
 
 _CALL: list[Any] = []
 """The CallWrapper of the running iteration (NVRx injects it into the wrapped function;
@@ -135,16 +135,7 @@ class NVRxInprocess(RankPolicy):
         # client's connection in a blocking wait for up to monitor_thread_interval_s.
         store = dist.PrefixStore(f"nvrx{gen}", store_client(spec))
         store.set(f"launch_rank/{rank}", str(spec.rank))
-        dist.init_process_group(
-            spec.backend,
-            store=store,
-            rank=rank,
-            world_size=size,
-            timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s),
-        )
-        self.events.emit(
-            "pg_ready", gen=gen, world_size=size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
-        )
+        self.init_group(gen=gen, rank=rank, size=size, store=store)
         if gen > 0:
             self.events.emit("reconfigured", gen=gen, world_size=size)
         # Every member set its key before the process group's rendezvous, which they all passed.

@@ -15,12 +15,12 @@ import re
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import bench
-from bench.results.events import CLOCK
+from bench.procs.events import CLOCK
+from bench.scenario.strategy import stack_packages
 
 KNOB = re.compile(
     r"^(NCCL_|TORCH_NCCL_|TORCH_DISTRIBUTED_|TORCH_GLOO_|GLOO_|TORCHELASTIC_|TORCHFT_|"
@@ -37,46 +37,45 @@ def package_version(*names: str) -> str | None:
     return None
 
 
-def versions(packages: Sequence[str] = ()) -> dict[str, Any]:
-    """ftbench, Python, torch, CUDA and NCCL, and each installed distribution of
-    ``packages`` (the stacks the strategies declare), by its distribution name."""
+def versions() -> dict[str, Any]:
+    """For run.json: ftbench and CUDA beside the stack (:func:`stack_versions`), and
+    each installed distribution of the stacks' packages by its distribution name."""
     import torch
 
-    nccl = None
-    if torch.cuda.is_available():
-        try:
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
-        except Exception:
-            nccl = None
+    dists = [d for p in stack_packages() for d in p.dists]
     return {
         "ftbench": bench.__version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "nccl": nccl,
-        **{name: version for name in packages if (version := package_version(name))},
+        **stack_versions(),
+        **{name: version for name in dists if (version := package_version(name))},
     }
 
 
 @functools.cache
 def stack_versions() -> dict[str, Any]:
     """The versions of the stack under test in this interpreter's environment: every
-    trials.csv row carries them, so that runs in several environments compare."""
+    trials.csv row carries them, so that runs in several environments compare. The
+    packages beyond torch are the ones strategies declare (``Strategy.packages``)."""
     import torch
 
-    nccl = None
-    if torch.cuda.is_available():
-        try:
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
-        except Exception:
-            nccl = None
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "nccl": nccl,
-        "torchft": _version_of(provider("torchft", "torchft", "torchft-nightly")),
-        "nvrx": _version_of(provider("nvidia_resiliency_ext", "nvidia-resiliency-ext")),
+        "nccl": _nccl_version(),
+        **{p.column: _version_of(provider(p.module, *p.dists)) for p in stack_packages()},
     }
+
+
+def _nccl_version() -> str | None:
+    """The NCCL torch was built with, where CUDA is usable (None on the CPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
+    except Exception:
+        return None
 
 
 def provider(module: str, *names: str) -> tuple[str, str] | None:
@@ -108,7 +107,8 @@ def _version_of(found: tuple[str, str] | None) -> str | None:
     return None if found is None else found[1]
 
 
-def machine() -> dict[str, Any]:
+def host() -> dict[str, Any]:
+    """The machine the harness runs on, for run.json."""
     import torch
 
     mem = None

@@ -2,16 +2,16 @@
 
 :class:`AgentLauncher` is a :class:`~bench.procs.launcher.LocalLauncher` whose store
 stays with the harness (the controller) and whose ranks are started by one host agent
-per host (:mod:`bench.procs.agent`), through the store. On one machine each host is a
+per host (:mod:`bench.hosts.agent`), through the store. On one machine each host is a
 network namespace of the trial's topology AND a time namespace whose CLOCK_MONOTONIC is
 ahead of the harness's by ``(i + 1) x launch.clock_shift_s``, so a clock alignment that
 is wrong shows as a wrong figure instead of passing unseen. On a cluster the agents are
 started by its own tools instead (``srun ftbench host ...``; docs/multihost.md).
 
-The harness answers each agent's clock round trips (:class:`~bench.procs.clock.Responder`)
+The harness answers each agent's clock round trips (:class:`~bench.hosts.clock.Responder`)
 at the start and at the end of the trial, and writes both estimates and their
 combination to ``clocks.json`` in the trial's events directory, from which the figures
-are derived (:func:`bench.results.events.to_controller`).
+are derived (:func:`bench.procs.events.to_controller`).
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from bench.procs.agent import command_line, key, send
-from bench.procs.clock import Offset, Responder, combine
+from bench.hosts.agent import command_line, key, send
+from bench.hosts.clock import Offset, Responder, combine
+from bench.procs.events import CLOCKS_FILE
 from bench.procs.launcher import LaunchError, LocalLauncher, RankProcess
-from bench.results.events import CLOCKS_FILE
-
-if TYPE_CHECKING:
-    from bench.strategies.base import TrialContext
 
 
 class AgentProcess(Protocol):
@@ -62,7 +59,7 @@ class AgentLauncher(LocalLauncher):
     """host -> its agent: a child process, or (agents the cluster started) a handle on it."""
     start_offsets: dict[str, Offset] = field(default_factory=dict)
     clocks: dict[str, dict[str, int]] = field(default_factory=dict)
-    """host -> the start offset as :func:`bench.results.events.to_controller` takes it."""
+    """host -> the start offset as :func:`bench.procs.events.to_controller` takes it."""
     _seen: dict[str, int] = field(default_factory=dict)
     _ending: bool = False
 
@@ -230,30 +227,3 @@ class AgentLauncher(LocalLauncher):
         """What ``clocks.json`` says of a host besides its offset: here its namespace and
         the true shift of its clock, which a test compares the estimate with."""
         return {"namespace": self.hosts[index], "monotonic_shift_ns": int((index + 1) * self.clock_shift_s * 1e9)}
-
-
-def for_trial(ctx: TrialContext, *, start_method: str, supervised: bool) -> AgentLauncher:
-    """The agent launcher of a trial with ``launch.agents``: the agents the cluster started
-    (``--agents-at``), else one host per namespace of the trial's topology; the store
-    with the harness."""
-    from injectors.link.netns import Topology
-
-    if ctx.cluster is not None:
-        return ctx.cluster.launcher(ctx, start_method=start_method, supervised=supervised)
-    assert isinstance(ctx.network, Topology), "launch.agents runs every host in a namespace of a topology"
-    launch = ctx.scenario.launch
-    hosts = ctx.scenario.workload.world_size // launch.ranks_per_host
-    return AgentLauncher(
-        host=ctx.host,
-        start_method=start_method,
-        namespace=ctx.store_namespace,
-        address=ctx.store_host,
-        trial_dir=ctx.trial_dir,
-        events_dir=ctx.events_dir,
-        hosts=tuple(ctx.network.namespace_for(i) for i in range(hosts)),
-        addresses=tuple(ctx.network.hosts[i].address for i in range(hosts)),
-        ranks_per_host=launch.ranks_per_host,
-        clock_shift_s=launch.clock_shift_s,
-        deadline_s=ctx.deadline_s,
-        supervised=supervised,
-    )

@@ -6,14 +6,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from bench.hosts.cluster import Cluster, ClusterLauncher
+from bench.hosts.launcher import AgentLauncher
 from bench.procs.launcher import ProcessHost
 from bench.rank.entry import HookSpec, RankSpec
 from bench.scenario.model import Point, Scenario
-
-if TYPE_CHECKING:
-    from bench.procs.cluster import Cluster
 
 
 class TrialNetwork(Protocol):
@@ -129,7 +128,7 @@ class Job(ABC):
 
 def start_method(scenario: Scenario) -> str:
     """``launch.start_method``, with ``auto`` resolved to what the strategy declares."""
-    from bench.strategies import STRATEGIES
+    from bench.scenario.strategy import STRATEGIES
 
     chosen = scenario.launch.start_method
     return STRATEGIES[scenario.recovery.strategy].start_method if chosen == "auto" else chosen
@@ -139,8 +138,8 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
     """The spec of a rank of this trial: the point's workload and strategy, resolved to
     the code that runs them, and its rank-side fault hooks; ``fields`` add or override."""
     from bench.scenario.faults import FAULTS
-    from bench.strategies import STRATEGIES
-    from bench.workloads import WORKLOADS
+    from bench.scenario.strategy import STRATEGIES
+    from bench.scenario.workload import WORKLOADS
 
     s = ctx.scenario
     strategy = STRATEGIES[s.recovery.strategy]
@@ -174,3 +173,36 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
         env=s.launch.nccl.environment() if ctx.backend == "nccl" else {},
     )
     return RankSpec(**(base | fields))
+
+
+def host_launcher(ctx: TrialContext, *, start_method: str, supervised: bool) -> AgentLauncher:
+    """The launcher of a trial with ``launch.agents``: the agents the cluster started
+    (``--agents-at``), else one agent per host namespace of the trial's topology; the
+    store stays with the harness."""
+    from injectors.link.netns import Topology
+
+    launch = ctx.scenario.launch
+    count = ctx.scenario.workload.world_size // launch.ranks_per_host
+    common: dict[str, Any] = dict(
+        host=ctx.host,
+        start_method=start_method,
+        trial_dir=ctx.trial_dir,
+        events_dir=ctx.events_dir,
+        ranks_per_host=launch.ranks_per_host,
+        deadline_s=ctx.deadline_s,
+        supervised=supervised,
+    )
+    if ctx.cluster is not None:
+        hosts, addresses = ctx.cluster.hosts(count)
+        return ClusterLauncher(
+            address=ctx.cluster.address, hosts=hosts, addresses=addresses, cluster=ctx.cluster, **common
+        )
+    assert isinstance(ctx.network, Topology), "launch.agents runs every host in a namespace of a topology"
+    return AgentLauncher(
+        namespace=ctx.store_namespace,
+        address=ctx.store_host,
+        hosts=tuple(ctx.network.namespace_for(i) for i in range(count)),
+        addresses=tuple(ctx.network.hosts[i].address for i in range(count)),
+        clock_shift_s=launch.clock_shift_s,
+        **common,
+    )

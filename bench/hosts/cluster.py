@@ -1,7 +1,7 @@
 """Host agents that the cluster's own launcher started (``srun``, ``ssh``), not the harness.
 
 On one machine the harness starts one agent per trial inside each host's namespaces
-(:mod:`bench.procs.agents`). On a cluster the agents are started once, before the
+(:mod:`bench.hosts.launcher`). On a cluster the agents are started once, before the
 harness knows anything of its trials, by whatever starts programs on the nodes:
 
     srun --ntasks-per-node=1 ftbench host --serve --controller HEAD:PORT --host h$SLURM_PROCID
@@ -13,7 +13,7 @@ loopback). Each agent posts ``hello/HOST`` (its host name, pid, and the address 
 reaches the harness from, which the hosts' elastic agents rendezvous on), then waits for
 its next assignment ``trial/HOST/N``: the trial store's address, the trial's events
 directory and deadline. It serves that trial exactly as an agent the harness started
-(:func:`bench.procs.agent.serve_trial`), sweeps what the trial left on its host, and
+(:func:`bench.hosts.agent.serve_trial`), sweeps what the trial left on its host, and
 waits for the next one, until the harness posts ``done`` or goes away.
 
 The harness cannot see or signal these processes, so it watches each agent through the
@@ -34,22 +34,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bench.procs.agent import key
-from bench.procs.agents import AgentLauncher
+from bench.hosts.agent import key
+from bench.hosts.launcher import AgentLauncher
+from bench.procs.events import ADDRESS_ENV, HOST_ENV
 from bench.procs.hygiene import MARKER, sweep
 from bench.procs.launcher import LaunchError, forkserver_pid
-from bench.results.events import ADDRESS_ENV, HOST_ENV
-
-if TYPE_CHECKING:
-    from bench.strategies.base import TrialContext
 
 PREFIX = "ftbrun"
 """The run store's key prefix (a trial store's is ``ftb``)."""
 LOST_S = 10.0
 """An agent whose beat has not moved for this long is lost: far above its
-:data:`~bench.procs.agent.BEAT_S`, so a loaded host is not taken for a dead one."""
+:data:`~bench.hosts.agent.BEAT_S`, so a loaded host is not taken for a dead one."""
 POLL_S = 0.05
 """How often a waiting agent looks for its next assignment."""
 CHECK_S = 0.1
@@ -133,25 +130,14 @@ class Cluster:
         body = {"controller": controller, "events_dir": str(events_dir), "deadline_s": deadline_s}
         self._store.set(f"trial/{host}/{n}", json.dumps(body))
 
-    def launcher(self, ctx: TrialContext, *, start_method: str, supervised: bool) -> ClusterLauncher:
-        hosts = ctx.scenario.workload.world_size // ctx.scenario.launch.ranks_per_host
-        names = [f"h{i}" for i in range(hosts)]
+    def hosts(self, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The host names and addresses of agents ``h0`` .. ``h{count-1}``, which a point
+        with that many hosts needs; LaunchError naming the ones that did not join."""
+        names = [f"h{i}" for i in range(count)]
         missing = [h for h in names if h not in self.agents]
         if missing:
             raise LaunchError(f"this point needs host agents {', '.join(missing)}, which did not join the run")
-        return ClusterLauncher(
-            host=ctx.host,
-            start_method=start_method,
-            address=self.address,
-            trial_dir=ctx.trial_dir,
-            events_dir=ctx.events_dir,
-            hosts=tuple(self.agents[h].hostname for h in names),
-            addresses=tuple(self.agents[h].address for h in names),
-            ranks_per_host=ctx.scenario.launch.ranks_per_host,
-            deadline_s=ctx.deadline_s,
-            supervised=supervised,
-            cluster=self,
-        )
+        return tuple(self.agents[h].hostname for h in names), tuple(self.agents[h].address for h in names)
 
     def close(self) -> None:
         """Tell every agent the run is over (each exits 0)."""
@@ -230,7 +216,7 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
     leaves it ``deadline_s`` without a word: before the first trial or between two (exit 4)."""
     import torch.distributed as dist
 
-    from bench.procs.agent import serve_trial
+    from bench.hosts.agent import serve_trial
 
     os.environ[HOST_ENV] = host
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -5,7 +5,7 @@ One runs on every host of a multi-host trial; the harness stays the one controll
 clock:
 
 1. It registers through the trial's c10d store (``agent/HOST/hello``) and measures its
-   clock's offset to the controller's (:mod:`bench.procs.clock`), which it posts.
+   clock's offset to the controller's (:mod:`bench.hosts.clock`), which it posts.
 2. It starts the ranks the harness asks for (``agent/HOST/cmd/K``: a rank spec as JSON,
    validated like any spec read from a file: no pickle, code named by the registries
    only), with the same :class:`~bench.procs.launcher.LocalLauncher` and rank entry as
@@ -39,10 +39,10 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
 from typing import Any
 
-from bench.procs.clock import StorePinger, resolution_ns
+from bench.hosts.clock import StorePinger, resolution_ns
+from bench.procs.events import ADDRESS_ENV, HOST_ENV, EventWriter
 from bench.procs.hygiene import kill_all, redirect_output, set_pdeathsig
 from bench.procs.launcher import LocalLauncher, RankProcess, rank_context
-from bench.results.events import ADDRESS_ENV, HOST_ENV, EventWriter
 
 ELASTIC_ARGS = frozenset(
     f"--{name}"
@@ -200,7 +200,7 @@ class Agent:
         instrumented launcher module, arguments from an allow-list, the rank entry as the
         worker command, the worker spec validated like any spec file."""
         from bench.rank.entry import spec_from_json, spec_to_json
-        from bench.strategies import STRATEGIES
+        from bench.scenario.strategy import STRATEGIES
 
         strategy = STRATEGIES[cmd["strategy"]]
         module = getattr(strategy.load(), "agent_module", None)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from bench.procs.envs import parse
 from bench.results.compare import GateOptions, Row, compare_runs, run_differences
 from bench.results.reader import Run
 from bench.scenario.config import ConfigError
 from bench.scenario.overrides import label
+from bench.scenario.requirements import parse
 
 ENV_KEY = "launch.env"
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 
+from bench.scenario.strategy import Package
+
 DISTRIBUTION = "nvidia-resiliency-ext"
 PACKAGE = "nvidia_resiliency_ext"
+NVRX = Package(column="nvrx", module=PACKAGE, dists=(DISTRIBUTION,))
+"""What runs record of it (the ``nvrx`` column)."""
 
 
 def nvrx_version() -> str | None:
