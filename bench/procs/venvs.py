@@ -2,29 +2,51 @@
 
 A point's ``launch.env`` names requirements (``"torch==2.13.0"``, ``"torch==2.14.1
 torchft==0.2.0"``); "" is the harness's own environment. For each distinct spec, a
-virtual environment is built once and cached (:func:`prepare`), and the point's trials
-run in a child harness started with that environment's interpreter, so that every
-process of the trial (store, ranks, agents, lighthouse) imports the stack under test.
-The environment holds the requirements only: a ``.pth`` file puts ftbench and the
-harness's own site-packages *after* them on ``sys.path``, so the spec's packages win
-and everything else (pandas, click...) comes from the harness.
+virtual environment is built once and cached (:func:`prepare`; :func:`cached` looks one
+up without building), and the point's trials run in a child harness started with that
+environment's interpreter, so that every process of the trial (store, ranks, agents,
+lighthouse) imports the stack under test.
+
+The environment holds the requirements only. A ``.pth`` file appends the directories
+named in ``$FTBENCH_HARNESS_PATH`` (:data:`HARNESS_PATH`) *after* its own site-packages
+on ``sys.path``: ftbench's repository, then the harness's site-packages. So the spec's
+packages win and everything else (pandas, click...) comes from the harness. The harness
+sets the variable for the child harness (:func:`child_environ`) and every process the
+child starts inherits it; nothing in the environment names a repository or a harness,
+so one cached environment serves every clone of the repository on the machine (the
+cache key is the spec and the Python version, nothing else).
+
+The environment's requirements are pinned by the user's spec, so its ``pip install``
+runs with ``PIP_CONSTRAINT`` pointing at an empty file inside the environment: a cap in
+pip's configuration (``constraint = ...``, such as ``torch<=2.14.1``) is set aside, said
+in the progress and recorded in ``ftbench-env.json``. Any later pip call into such an
+environment needs the same override (``PIP_CONSTRAINT=<env>/ftbench-no-constraints.txt``)
+or pip would apply the cap again.
 
 The cache (``$FTBENCH_ENV_DIR``, else ``~/.cache/ftbench/envs``) must be a directory of
-the running user that nobody else can write: interpreters from it are executed.
+the running user that nobody else can write: interpreters from it are executed, and so
+is the ``.pth`` line.
 """
 
 from __future__ import annotations
 
+import ast
+import collections
+import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import json
 import os
+import queue
 import shutil
 import site
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +58,39 @@ BUILD_TIMEOUT_S = 1800.0
 """A CUDA build of torch is several GB: installing it can take minutes."""
 PROBE = "import json; from bench.procs.machine import stack_versions; print(json.dumps(stack_versions()))"
 """Run by an environment's interpreter (ftbench is on its path through the .pth file)."""
+HARNESS_PATH = "FTBENCH_HARNESS_PATH"
+"""The directories (``os.pathsep``-separated) an environment's interpreter appends to
+``sys.path`` after its own site-packages: ftbench's repository and the harness's
+site-packages. Set by :func:`child_environ`; inherited by every process below."""
+PTH_NAME = "zz-ftbench-harness.pth"
+PTH_LINE = (
+    "import os, sys; sys.path.extend([p for p in dict.fromkeys(os.environ.get("
+    f'"{HARNESS_PATH}", "").split(os.pathsep)) if p and p not in sys.path])'
+)
+"""The ``.pth`` line (site.py executes a line that starts with ``import``)."""
+NO_CONSTRAINTS = "ftbench-no-constraints.txt"
+"""The empty constraints file, inside the environment, that its pip calls get as
+``PIP_CONSTRAINT`` in place of the configured one."""
+MIN_FREE_GB_TORCH = 8.0
+"""Free space (GB) under the cache needed to build an environment that holds torch: a
+CUDA build of torch is ~5.3 GB installed, plus pip's download cache and unpacking.
+``$FTBENCH_ENV_MIN_FREE_GB`` overrides it (and :data:`MIN_FREE_GB`)."""
+MIN_FREE_GB = 1.0
+"""Free space (GB) needed to build an environment without torch."""
+MIN_FREE_ENV = "FTBENCH_ENV_MIN_FREE_GB"
+SHOWN = (
+    "Collecting",
+    "Downloading",
+    "Processing",
+    "Installing collected packages",
+    "Successfully installed",
+    "ERROR",
+)
+"""pip's output lines passed on to the progress (the rest is kept for an error message)."""
+SHOWN_CHARS = 150
+HEARTBEAT_S = 30.0
+"""Silence after which the progress says the install is still running (pip says
+nothing while it unpacks a multi-GB wheel)."""
 
 
 class EnvBuildError(RuntimeError):
@@ -73,39 +128,155 @@ def cache_dir() -> Path:
     return Path(override) if override else Path.home() / ".cache" / "ftbench" / "envs"
 
 
+def python_version() -> str:
+    """major.minor.micro of the harness's interpreter (an environment's is the same)."""
+    return "{}.{}.{}".format(*sys.version_info[:3])
+
+
+def key(normal: str) -> str:
+    """The cache key of a normalised spec: the spec and the Python version only, never
+    the harness's path, so that another clone of the repository finds the environment."""
+    return hashlib.sha256(f"{normal}|{python_version()}".encode()).hexdigest()[:16]
+
+
+def harness_path() -> str:
+    """``$FTBENCH_HARNESS_PATH`` for a child: ftbench's repository, then the harness's
+    site-packages. Inherited as is where already set (a child harness passes on its
+    parent's, never its environment's site-packages)."""
+    inherited = os.environ.get(HARNESS_PATH)
+    if inherited:
+        return inherited
+    return os.pathsep.join([str(REPO_ROOT), *(p for p in site.getsitepackages() if Path(p).is_dir())])
+
+
+def child_environ(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment variables of a process started with an environment's interpreter."""
+    return dict(os.environ if base is None else base, **{HARNESS_PATH: harness_path()})
+
+
+def cached(spec: str) -> Environment | None:
+    """The environment of ``spec`` if it needs no build (already built and cached, or
+    the harness's own environment holds it), else None; never builds."""
+    reqs = parse(spec)
+    normal = " ".join(reqs)
+    if not reqs or satisfied(reqs):
+        from bench.procs.machine import stack_versions
+
+        return Environment(spec=normal, python=sys.executable, versions=stack_versions())
+    root = cache_dir()
+    if not root.is_dir():
+        return None
+    return _ready(_private(root) / key(normal), normal)
+
+
+def _ready(path: Path, normal: str) -> Environment | None:
+    """The environment built at ``path``, if its build finished and its interpreter is
+    there (a venv's ``bin/python`` links to the base interpreter, which may be gone)."""
+    python = path / "bin" / "python"
+    try:
+        info = json.loads((path / "ftbench-env.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("spec") != normal or not python.exists():
+        return None
+    return Environment(spec=normal, python=str(python), versions=dict(info.get("versions") or {}))
+
+
 def prepare(spec: str, *, progress: Callable[[str], None] = lambda _line: None) -> Environment:
     """The environment of ``spec``, built and cached on first use."""
     reqs = parse(spec)
-    if not reqs:
-        from bench.procs.machine import stack_versions
-
-        return Environment(spec="", python=sys.executable, versions=stack_versions())
     normal = " ".join(reqs)
-    if satisfied(reqs):
-        from bench.procs.machine import stack_versions
-
+    if reqs and satisfied(reqs):
         progress(f"  environment {normal!r}: the harness's own environment has it")
-        return Environment(spec=normal, python=sys.executable, versions=stack_versions())
+    found = cached(spec)
+    if found is not None:
+        return found
     root = _private(cache_dir())
-    key = hashlib.sha256(f"{normal}|{sys.version}|{sys.executable}".encode()).hexdigest()[:16]
-    path = root / key
-    ready = path / "ftbench-env.json"
-    if not ready.exists():
+    path = root / key(normal)
+    with _locked(root / f"{path.name}.lock", normal, progress):
+        found = _ready(path, normal)  # built meanwhile by another harness
+        if found is not None:
+            return found
+        check_free(root, reqs)
         progress(f"  environment {normal!r}: building {path} (once; cached)")
-        _build(path, reqs)
-        ready.write_text(json.dumps({"spec": normal, "versions": probe(str(path / "bin" / "python"))}))
-    info = json.loads(ready.read_text())
-    return Environment(spec=normal, python=str(path / "bin" / "python"), versions=dict(info["versions"]))
+        start = time.monotonic()
+        try:
+            set_aside = _build(path, reqs, progress)
+            info = {
+                "spec": normal,
+                "python": python_version(),
+                "versions": probe(str(path / "bin" / "python")),
+                "pip_constraints_set_aside": set_aside,
+                "build_s": round(time.monotonic() - start, 1),
+            }
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # gigabytes of a build that did not finish
+            raise
+        tmp = path / "ftbench-env.json.tmp"
+        tmp.write_text(json.dumps(info))
+        tmp.replace(path / "ftbench-env.json")
+        progress(f"  environment {normal!r}: built in {info['build_s']:.0f} s: {info['versions']}")
+    found = _ready(path, normal)
+    if found is None:
+        raise EnvBuildError(f"the environment {normal!r} at {path} was built but its interpreter does not run")
+    return found
 
 
-def _build(path: Path, reqs: list[str]) -> None:
+@contextlib.contextmanager
+def _locked(lock: Path, normal: str, progress: Callable[[str], None]) -> Iterator[None]:
+    """One build of an environment at a time (two harnesses, two clones, one cache)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"  environment {normal!r}: another harness is building it; waiting")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def min_free_gb(reqs: list[str]) -> float:
+    """The free space (GB) a build of ``reqs`` needs: :data:`MIN_FREE_GB_TORCH` or
+    :data:`MIN_FREE_GB`, or ``$FTBENCH_ENV_MIN_FREE_GB``."""
+    override = os.environ.get(MIN_FREE_ENV)
+    if override:
+        try:
+            return float(override)
+        except ValueError:
+            raise EnvBuildError(f"{MIN_FREE_ENV}={override!r} is not a number of GB") from None
+    from packaging.requirements import Requirement
+
+    torch = any(Requirement(r).name.lower() == "torch" for r in reqs)
+    return MIN_FREE_GB_TORCH if torch else MIN_FREE_GB
+
+
+def check_free(root: Path, reqs: list[str]) -> None:
+    """EnvBuildError, before anything is downloaded, if ``root`` has too little space."""
+    need = min_free_gb(reqs)
+    free = shutil.disk_usage(root).free / 1e9
+    if free < need:
+        raise EnvBuildError(
+            f"only {free:.1f} GB free under {root}, and building an environment of {' '.join(reqs)!r} "
+            f"needs {need:g} GB: free some space, or set FTBENCH_ENV_DIR to a directory on a larger disk "
+            f"({MIN_FREE_ENV} sets the threshold)"
+        )
+
+
+def _build(path: Path, reqs: list[str], progress: Callable[[str], None]) -> str | None:
+    """Build the environment at ``path``; the configured pip constraints set aside, if any."""
     if path.exists():
         shutil.rmtree(path)  # a build that did not finish
     _run([sys.executable, "-m", "venv", str(path)], "create the virtual environment")
-    python = path / "bin" / "python"
-    _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs], f"install {reqs}")
+    python = str(path / "bin" / "python")
+    configured = configured_constraints(python)
+    if configured:
+        progress(f"  pip's configured constraints ({configured}) are set aside: the spec pins its own versions")
+    argv, env = pip_install(path, reqs)
+    stream(argv, env=env, what=f"install {reqs}", progress=progress)
     purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -113,8 +284,125 @@ def _build(path: Path, reqs: list[str]) -> None:
     ).stdout.strip()
     _refuse_shadows(path, Path(purelib), reqs)
     # After the environment's own packages: ftbench itself, then the harness's packages.
-    harness = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    Path(purelib, "zz-ftbench-harness.pth").write_text("\n".join([str(REPO_ROOT), *harness]) + "\n")
+    Path(purelib, PTH_NAME).write_text(PTH_LINE + "\n")
+    return configured
+
+
+def pip_install(path: Path, reqs: list[str], base: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The pip call that installs ``reqs`` into the environment at ``path``, and its
+    environment variables: output streamed without a progress bar, and ``PIP_CONSTRAINT``
+    on an empty file of the environment's, which sets aside any configured constraint."""
+    empty = path / NO_CONSTRAINTS
+    empty.write_text("")
+    argv = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+    argv += ["--progress-bar", "off", *reqs]
+    env = dict(os.environ if base is None else base, PIP_CONSTRAINT=str(empty), PYTHONUNBUFFERED="1")
+    env.pop(HARNESS_PATH, None)  # pip sees the environment's packages only
+    return argv, env
+
+
+def configured_constraints(python: str) -> str | None:
+    """The constraint files pip's configuration gives ``pip install`` of ``python``, as
+    configured, or None: ``PIP_CONSTRAINT``, else an ``[install]`` section's, else a
+    ``[global]`` one's (pip's own order: the first that is set wins)."""
+    try:
+        done = subprocess.run(
+            [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:  # no answer: the variable at least
+        return os.environ.get("PIP_CONSTRAINT", "").strip() or None
+    found: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        name, _, value = line.partition("=")
+        section, _, option = name.rpartition(".")
+        if option != "constraint":
+            continue
+        try:
+            value = str(ast.literal_eval(value))
+        except (ValueError, SyntaxError):
+            value = value.strip("'\"")
+        found.setdefault(section, " ".join(value.split()))
+    return next((found[s] for s in (":env:", "install", "global") if found.get(s)), None)
+
+
+def shown(line: str, elapsed: float) -> str | None:
+    """A line of pip's output as the progress shows it (elapsed seconds first,
+    truncated), or None for one it does not."""
+    text = line.strip()
+    if not text.startswith(SHOWN):
+        return None
+    if len(text) > SHOWN_CHARS:
+        text = text[: SHOWN_CHARS - 3] + "..."
+    return f"    [{elapsed:4.0f}s] {text}"
+
+
+def stream(
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    what: str,
+    progress: Callable[[str], None],
+    timeout: float = BUILD_TIMEOUT_S,
+    heartbeat: float = HEARTBEAT_S,
+) -> None:
+    """Run ``argv``, passing the lines of its output that matter to ``progress`` (and a
+    line after each ``heartbeat`` of silence); EnvBuildError with its last output if it
+    fails, or if it is still running after ``timeout``."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=dict(env),
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    last = start
+    try:
+        while True:
+            now = time.monotonic()
+            if now - start > timeout:
+                raise EnvBuildError(f"could not {what}: no answer within {timeout:.0f} s")
+            try:
+                line = lines.get(timeout=min(1.0, heartbeat))
+            except queue.Empty:
+                if time.monotonic() - last >= heartbeat:
+                    last = time.monotonic()
+                    latest = (tail[-1] if tail else what)[:80]
+                    progress(f"    [{last - start:4.0f}s] ... still running (last: {latest})")
+                continue
+            if line is None:
+                break
+            tail.append(line.rstrip())
+            out = shown(line, time.monotonic() - start)
+            if out is not None:
+                progress(out)
+                last = time.monotonic()
+        code = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        raise EnvBuildError(f"could not {what}: no answer within {timeout:.0f} s") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+    if code != 0:
+        text = "\n".join(line for line in tail if line.strip())
+        raise EnvBuildError(f"could not {what}: {text[-500:]}")
 
 
 SHADOWED = ("bench", "injectors")
@@ -140,7 +428,7 @@ def probe(python: str) -> dict[str, Any]:
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        env=child_environ(),
     )
     if done.returncode != 0:
         raise EnvBuildError(f"{python} cannot import torch: {done.stderr.strip()[-300:]}")

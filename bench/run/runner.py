@@ -192,7 +192,10 @@ class Session:
             "--trials",
             str(self.trials),
         ]
-        code = subprocess.run(argv, env=dict(os.environ, **{ENV_SPEC: env.spec}), check=False).returncode
+        # FTBENCH_HARNESS_PATH: the environment's .pth appends ftbench and the harness's
+        # packages after its own; the child's processes (ranks, agents) inherit it.
+        environ = venvs.child_environ() | {ENV_SPEC: env.spec}
+        code = subprocess.run(argv, env=environ, check=False).returncode
         child = self.rundir.read_run_json()
         for key in ("strategy_versions", "exposure", "skipped"):
             for name, value in (child.get(key) or {}).items():

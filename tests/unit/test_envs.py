@@ -3,8 +3,16 @@ run of several environments splits into views that compare and gate."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import site
+import subprocess
+import sys
+import time
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -147,3 +155,178 @@ def test_an_environment_that_shadows_ftbench_is_refused(tmp_path: Path) -> None:
     assert not venv.exists()
     (purelib).mkdir(parents=True)
     venvs._refuse_shadows(venv, purelib, ["torch==2.13.0"])  # nothing of ours shadowed: no error
+
+
+def test_the_cache_key_is_the_spec_and_the_python_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another clone of the repository (another harness interpreter, another folder)
+    finds the environment the first built: the key names neither."""
+    key = venvs.key("torch==2.15.0")
+    monkeypatch.setattr(sys, "executable", "/elsewhere/clone/.venv/bin/python")
+    monkeypatch.setattr(venvs, "REPO_ROOT", Path("/elsewhere/clone"))
+    assert venvs.key("torch==2.15.0") == key
+    assert venvs.key("torch==2.14.1") != key
+    monkeypatch.setattr(venvs, "python_version", lambda: "3.11.8")
+    assert venvs.key("torch==2.15.0") != key
+
+
+def test_a_build_without_the_free_space_is_refused_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FTBENCH_ENV_DIR", str(tmp_path))
+    monkeypatch.setenv("FTBENCH_ENV_MIN_FREE_GB", "1e9")
+    with pytest.raises(venvs.EnvBuildError) as err:
+        venvs.prepare("surely-not-a-distribution-ftbench==1")
+    text = str(err.value)
+    assert "\n" not in text
+    assert re.search(rf"only [\d.]+ GB free under {re.escape(str(tmp_path))}", text), text
+    assert "needs 1e+09 GB" in text and "free some space" in text and "FTBENCH_ENV_DIR" in text
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []  # nothing built
+    monkeypatch.setenv("FTBENCH_ENV_MIN_FREE_GB", "lots")
+    with pytest.raises(venvs.EnvBuildError, match="FTBENCH_ENV_MIN_FREE_GB='lots' is not a number"):
+        venvs.min_free_gb(["torch==2.15.0"])
+    monkeypatch.delenv("FTBENCH_ENV_MIN_FREE_GB")
+    assert venvs.min_free_gb(["torch==2.15.0", "torchft==0.2.0"]) == venvs.MIN_FREE_GB_TORCH >= 8
+    assert venvs.min_free_gb(["torchft==0.2.0"]) == venvs.MIN_FREE_GB < venvs.MIN_FREE_GB_TORCH
+
+
+def _wheel(folder: Path, name: str, version: str) -> None:
+    """A minimal pure-Python wheel of ``name`` ``version`` in ``folder``."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: ftbench-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{f},,\n" for f in files) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        for f, text in (files | {f"{dist}/RECORD": record}).items():
+            whl.writestr(f, text)
+
+
+def test_the_pip_call_sets_the_configured_constraints_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec pins its own versions: a cap in pip's configuration (here PIP_CONSTRAINT,
+    which pip reads like its config files) is named, then set aside for the environment's
+    pip, which the real pip (offline, a dry run) then lets install past it."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "ftbprobe", "2.0")
+    cap = tmp_path / "constraints.txt"
+    cap.write_text("ftbprobe<=1.0\n")
+    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
+    assert venvs.configured_constraints(sys.executable) == str(cap)
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    argv, env = venvs.pip_install(env_dir, ["ftbprobe==2.0"])
+    empty = env_dir / venvs.NO_CONSTRAINTS
+    assert env["PIP_CONSTRAINT"] == str(empty) and empty.read_text() == ""
+    assert argv[0] == str(env_dir / "bin" / "python") and argv[-1] == "ftbprobe==2.0"
+    assert "-q" not in argv and argv[argv.index("--progress-bar") + 1] == "off"
+    offline = [sys.executable, *argv[1:-1], "--dry-run", "--no-index", "--find-links", str(wheels), argv[-1]]
+    capped = subprocess.run(offline, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert capped.returncode != 0  # the configured cap, as pip applies it
+    done = subprocess.run(offline, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Would install ftbprobe-2.0" in done.stdout
+
+
+PIP_LIKE = r"""
+import sys, time
+print("Collecting torch==2.15.0")
+print("  Obtaining dependency information for torch==2.15.0")
+print("  Downloading torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl (539.1 MB)" + "x" * 200)
+print("Installing collected packages: torch")
+time.sleep(float(sys.argv[1]))
+print("Successfully installed torch-2.15.0")
+print("ERROR: something went wrong")
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _pip_like(pause: float, code: int, **kw: Any) -> list[str]:
+    lines: list[str] = []
+    venvs.stream(
+        [sys.executable, "-c", PIP_LIKE, str(pause), str(code)],
+        env=os.environ,
+        what="install ['torch==2.15.0']",
+        progress=lines.append,
+        **kw,
+    )
+    return lines
+
+
+def test_pip_output_is_streamed_filtered_and_timed() -> None:
+    lines = _pip_like(0.0, 0)
+    assert [re.sub(r"^    \[ *\d+s\] ", "", line)[:20] for line in lines] == [
+        "Collecting torch==2.",
+        "Downloading torch-2.",
+        "Installing collected",
+        "Successfully install",
+        "ERROR: something wen",
+    ]
+    assert all(re.match(r"    \[ *\d+s\] \S", line) for line in lines)
+    long = lines[1].split("] ", 1)[1]
+    assert len(long) == venvs.SHOWN_CHARS and long.endswith("...")
+
+
+def test_a_silent_install_shows_it_is_alive_and_a_failure_names_pips_last_words() -> None:
+    lines: list[str] = []
+    with pytest.raises(venvs.EnvBuildError, match=r"(?s)could not install \['torch==2.15.0'\]: .*ERROR: something"):
+        lines = []
+        venvs.stream(
+            [sys.executable, "-c", PIP_LIKE, "1.5", "1"],
+            env=os.environ,
+            what="install ['torch==2.15.0']",
+            progress=lines.append,
+            heartbeat=0.5,
+        )
+    assert any("still running (last: Installing collected packages" in line for line in lines), lines
+
+
+def test_an_install_past_the_timeout_is_ended() -> None:
+    start = time.monotonic()
+    with pytest.raises(venvs.EnvBuildError, match="no answer within 1 s"):
+        _pip_like(60.0, 0, timeout=1.0)
+    assert time.monotonic() - start < 10
+
+
+def test_the_pth_line_appends_the_harness_after_the_environment(tmp_path: Path) -> None:
+    """site.py executes the .pth line: the directories of FTBENCH_HARNESS_PATH come
+    after the environment's site-packages, once each; without the variable, nothing."""
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    (site_dir / venvs.PTH_NAME).write_text(venvs.PTH_LINE + "\n")
+    code = f"import site, sys; site.addsitedir({str(site_dir)!r}); print('\\n'.join(sys.path))"
+    harness = os.pathsep.join(["/ftbench/repo", "/harness/site-packages", "/ftbench/repo"])
+    env = {k: v for k, v in os.environ.items() if k != venvs.HARNESS_PATH}
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.split()[-1] == str(site_dir)
+    env[venvs.HARNESS_PATH] = harness
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.split()[-3:] == [str(site_dir), "/ftbench/repo", "/harness/site-packages"]
+
+
+def test_a_child_gets_the_repository_then_the_harness_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(venvs.HARNESS_PATH, raising=False)
+    path = venvs.child_environ()[venvs.HARNESS_PATH].split(os.pathsep)
+    assert path[0] == str(venvs.REPO_ROOT)
+    assert path[1:] == [p for p in site.getsitepackages() if Path(p).is_dir()]
+    monkeypatch.setenv(venvs.HARNESS_PATH, "/from/the/parent")  # a child harness passes its parent's on
+    assert venvs.child_environ({})[venvs.HARNESS_PATH] == "/from/the/parent"
+
+
+def test_cached_finds_a_built_environment_and_never_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FTBENCH_ENV_DIR", str(tmp_path / "envs"))
+    spec = "surely-not-a-distribution-ftbench==1"
+    assert venvs.cached(spec) is None
+    assert not (tmp_path / "envs").exists()  # a look-up creates nothing
+    torch = stack_versions()["torch"].split("+")[0]
+    own = venvs.cached(f"torch=={torch}")
+    assert own is not None and own.python == sys.executable
+    built = venvs._private(tmp_path / "envs") / venvs.key(spec)
+    (built / "bin").mkdir(parents=True)
+    assert venvs.cached(spec) is None  # a build that did not finish
+    versions = {"torch": "2.15.0+cu132"}
+    (built / "ftbench-env.json").write_text(json.dumps({"spec": spec, "versions": versions}))
+    assert venvs.cached(spec) is None  # its interpreter is gone
+    (built / "bin" / "python").symlink_to(sys.executable)
+    found = venvs.cached(f"  {spec} ")
+    assert found == venvs.Environment(spec=spec, python=str(built / "bin" / "python"), versions=versions)
+    assert venvs.prepare(spec) == found  # prepare does not rebuild it
