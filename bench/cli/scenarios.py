@@ -16,7 +16,7 @@ from bench.cli.common import SET_OPTION, cli, errors, interrupt, load_scenario
 from bench.scenario import catalogue
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
-from bench.scenario.loader import load, points
+from bench.scenario.loader import load, points, torch_gap
 from bench.scenario.registry import Registry
 from bench.scenario.strategy import STRATEGIES
 from bench.scenario.workload import WORKLOADS
@@ -93,7 +93,11 @@ def validate(files: tuple[str, ...]) -> None:
     for name in files:
         try:
             sc = load(catalogue.resolve(name))
-            click.echo(f"ok    {one_line(sc.source)}: {sc.name}, {len(points(sc))} point(s)")
+            pts = points(sc)
+            gaps = {p.label: why for p in pts if (why := torch_gap(p.scenario))}
+            click.echo(f"ok    {one_line(sc.source)}: {sc.name}, {len(pts)} point(s)")
+            for label, why in gaps.items():
+                click.echo(f"      skipped here: {label}: {why}")
         except ConfigError as err:
             click.echo(f"error {err}", err=True)
             bad += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from bench.jobs.job import Job, host_launcher, rank_spec, start_method
@@ -135,3 +136,17 @@ class SupervisedJob(Job):
             self.launcher.close()  # sweeps every marked process of the trial
         if hasattr(self, "supervisor"):
             self.supervisor.close()
+
+
+class RegrowingJob(SupervisedJob):
+    """The supervised job of an in-process recovery that can grow back (``regrow`` and
+    ``regrow_delay_s`` among the strategy's knobs): a replacement for each death, which
+    learns the world it joins from the store, not from its spec."""
+
+    def spec(self, rank: int, role: str) -> RankSpec:
+        spec = super().spec(rank, role)
+        return spec if role == "initial" else replace(spec, members=())
+
+    def replacement_delay(self, rank: int) -> float | None:
+        params = self.ctx.scenario.recovery.params
+        return float(params.regrow_delay_s) if params.regrow else None

@@ -8,7 +8,7 @@ flip inside a collective), and then as thinly as it can: a wrapper around
 ``dist.all_reduce``, or for DDP a communication hook that calls the stock all-reduce
 hook. Which interposer is active is recorded with every trial (``interposer``).
 A strategy that is itself a recovery design brings its own layer (reinit's abortable
-collectives, ``bench/strategies/reinit/collectives.py``).
+collectives, :mod:`bench.rank.abortable`).
 
 Failures are named from their messages (gloo raises plain ``RuntimeError`` for
 everything) and from where the user's code saw them: the exception out of

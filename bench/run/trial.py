@@ -194,7 +194,7 @@ def unavailable(scenario: Scenario, *, cluster: bool = False) -> str | None:
     stage...), or None. Checked before its trials, so a point is skipped with a reason
     instead of failing each trial. ``cluster``: the hosts are real (``--agents-at``)."""
     job: type[Job] = STRATEGIES[scenario.recovery.strategy].load()
-    why = job.unavailable(scenario) or _agents_unavailable(scenario, cluster=cluster)
+    why = _torch_unavailable(scenario) or job.unavailable(scenario) or _agents_unavailable(scenario, cluster=cluster)
     if why or cluster or not (uses_namespaces(scenario) or scenario.launch.agents):
         return why
     from injectors.link import system
@@ -208,6 +208,18 @@ def unavailable(scenario: Scenario, *, cluster: bool = False) -> str | None:
             if why:
                 return f"faults.{i} ({f.kind}): {why}"
     return None
+
+
+def _torch_unavailable(scenario: Scenario) -> str | None:
+    """Why the torch this harness runs cannot serve the point's strategy
+    (``Strategy.torch``), or None: asked of the running torch, whatever launch.env said."""
+    import torch
+    from packaging.specifiers import SpecifierSet
+
+    strategy = STRATEGIES[scenario.recovery.strategy]
+    if not strategy.torch or SpecifierSet(strategy.torch).contains(torch.__version__, prereleases=True):
+        return None
+    return f"{strategy.name} needs torch {strategy.torch}; this environment has torch {torch.__version__}"
 
 
 def _agents_unavailable(scenario: Scenario, *, cluster: bool) -> str | None:

@@ -37,6 +37,7 @@ from bench.scenario.model import (
 from bench.scenario.overrides import apply_override, canonical, check_sweep, flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
 from bench.scenario.requirements import parse as parse_requirements
+from bench.scenario.requirements import torch_of
 from bench.scenario.strategy import STRATEGIES
 from bench.scenario.workload import WORKLOADS
 
@@ -70,9 +71,34 @@ def parse(source: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str
     check_sweep(sweep, file)
     scenario = _validate(raw, file)
     scenario = replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
-    for _ in _expand(scenario):
-        pass
+    gaps = [(p.scenario.recovery.strategy, torch_gap(p.scenario)) for p in _expand(scenario)]
+    if all(why for _, why in gaps):
+        name, why = gaps[0]
+        raise ConfigError(file, "recovery.strategy", f"a strategy the torch of some point serves ({why})", name)
     return scenario
+
+
+def torch_gap(s: Scenario) -> str | None:
+    """Why the torch a point runs cannot serve its strategy (``Strategy.torch``), or
+    None, also where that torch is not known before its environment is built (the
+    runner then asks the running torch itself)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    strategy = STRATEGIES[s.recovery.strategy]
+    found = torch_of(s.launch.env)
+    if not strategy.torch or found is None:
+        return None
+    version, where = found
+    try:
+        if SpecifierSet(strategy.torch).contains(Version(version), prereleases=True):
+            return None
+    except InvalidVersion:
+        return None
+    return (
+        f"{strategy.name} needs torch {strategy.torch}; this point runs torch {version} ({where}): "
+        "try --env torch==2.15.0"
+    )
 
 
 def points(scenario: Scenario) -> list[Point]:

@@ -7,6 +7,7 @@ runs are split by environment (:mod:`bench.results.envcompare`).
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 
 #: One requirement: a distribution name with an optional version clause; no URLs, paths
@@ -21,3 +22,20 @@ def parse(spec: str) -> list[str]:
         if not REQUIREMENT.fullmatch(r):
             raise ValueError(f"{r!r} is not a requirement of the form NAME[==VERSION] (no URLs, paths or options)")
     return sorted(reqs)
+
+
+def torch_of(spec: str) -> tuple[str, str] | None:
+    """The torch a point of ``launch.env = spec`` runs and where that was read: the
+    version the spec pins (``torch==X``), else the harness's own; None where it is not
+    known before the environment is built (a range) or torch is not installed."""
+    from packaging.requirements import Requirement
+
+    for text in parse(spec):
+        req = Requirement(text)
+        if req.name.lower() == "torch":
+            pins = [s.version for s in req.specifier if s.operator == "=="]
+            return (pins[0], "pinned by launch.env") if len(req.specifier) == 1 and pins else None
+    try:
+        return importlib.metadata.version("torch"), "installed here"
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -83,6 +83,10 @@ class Strategy(Plugin):
     packages: tuple[Package, ...] = ()
     """The packages of its stack beyond torch, whose versions every run records
     (run.json) and every trial row carries (trials.csv)."""
+    torch: str = ""
+    """The torch versions its stack needs, as a specifier (``>=2.14``); empty: any. A
+    point whose torch is outside (the version ``launch.env`` pins, else the harness's) is
+    skipped with the reason; a scenario none of whose points can run is refused."""
     default: bool = False
     """The strategy of a scenario that names none (exactly one declares it)."""
     check: Callable[[Scenario, str], None] | None = None

@@ -5,7 +5,7 @@ process group on a fresh store prefix, make their state consistent (a peer sends
 state if committed steps differ) and train on with the global batch split among fewer
 ranks. A stalled rank that wakes up after the others moved on is evicted; with
 ``regrow`` a replacement is started and joins at a step boundary. The protocol is in
-:mod:`bench.strategies.reinit.membership`, the rank side in ``policy.py``.
+:mod:`bench.rank.membership`, the rank side in ``policy.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ STRATEGIES.register(
     Strategy(
         name="reinit",
         params=ReinitParams,
-        impl="bench.strategies.reinit.job:ReinitJob",
+        impl="bench.jobs.supervisor:RegrowingJob",
         rank_policy="bench.strategies.reinit.policy:Reinit",
         stack="abortable collectives and a membership protocol over the launcher's store",
         own_design=True,
