@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from bench.cli.common import cli, errors, interrupt
 from bench.scenario.config import ConfigError
 
-if TYPE_CHECKING:
-    pass
+ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
+"""Set in a calibration that runs in an ``--env`` environment, so it does not start another."""
 
 
 @cli.command()
@@ -52,10 +53,23 @@ if TYPE_CHECKING:
     show_default=True,
     help="Base directory of results (the run goes to OUT/calibrate/).",
 )
+@click.option(
+    "--env",
+    "env_spec",
+    default="",
+    metavar="REQUIREMENTS",
+    help="Calibrate in this environment (e.g. torch==2.15.0), built once and cached as for `run --env`.",
+)
 @errors
-def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, tolerance_rel: float, out: Path) -> None:
+def calibrate(
+    cases: tuple[str, ...], trials: int, tolerance_ms: float, tolerance_rel: float, out: Path, env_spec: str
+) -> None:
     """Check ftbench's detection figures against a bare torch.distributed loop on this
     machine: exit 0 if every median is within the tolerance, 1 if one is not."""
+    if env_spec and os.environ.get(ENV_SPEC) != env_spec:
+        args = [f"--case={c}" for c in cases] + [f"--trials={trials}", f"--tolerance-ms={tolerance_ms}"]
+        args += [f"--tolerance-rel={tolerance_rel}", f"--out={out.resolve()}", f"--env={env_spec}"]
+        sys.exit(_in_environment(env_spec, args))
     from bench.calibrate.cases import BY_NAME, CASES
     from bench.calibrate.session import Tolerance, format_table
     from bench.calibrate.session import calibrate as run_calibration
@@ -81,3 +95,17 @@ def calibrate(cases: tuple[str, ...], trials: int, tolerance_ms: float, toleranc
     click.echo(format_table(report, tolerance))
     click.echo(f"results: {report.rundir.path}")
     sys.exit(0 if report.comparisons and all(c.ok for c in report.comparisons) else 1)
+
+
+def _in_environment(spec: str, args: list[str]) -> int:
+    """Run this same calibration with the interpreter of ``spec``'s environment (both its
+    paths, the bare ranks too, then import that environment's torch); its exit code."""
+    from bench.procs import venvs
+
+    try:
+        env = venvs.prepare(spec, progress=lambda line: click.echo(line, err=True))
+    except (venvs.EnvBuildError, ValueError) as err:
+        raise ConfigError("--env", "", "an environment that can be built", f"{spec}: {err}") from None
+    click.echo(f"ftbench: calibrating in environment {env.spec!r} ({env.python})", err=True)
+    argv = [env.python, "-m", "bench", "calibrate", *args]
+    return subprocess.run(argv, env=venvs.child_environ() | {ENV_SPEC: spec}, check=False).returncode

@@ -174,5 +174,8 @@ def resolve_backend(requested: str, world_size: int) -> str:
     if requested == "auto":
         return "nccl" if gpus >= world_size else "gloo"
     if requested == "nccl" and gpus < world_size:
-        raise RuntimeError(f"backend 'nccl' needs {world_size} GPUs (one per rank); this machine has {gpus}")
+        raise RuntimeError(
+            f"backend 'nccl' needs {world_size} GPUs (one per rank: NCCL refuses two ranks of a communicator "
+            f"on one GPU); this machine has {gpus}"
+        )
     return requested

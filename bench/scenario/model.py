@@ -91,6 +91,10 @@ class NcclSpec:
     stuck watchdog before it kills the process."""
     enable_monitoring: bool | None = None
     """``TORCH_NCCL_ENABLE_MONITORING``: run that monitor thread at all."""
+    use_nccl2: bool | None = None
+    """``TORCH_DIST_USE_NCCL2``: which NCCL process group ``backend = "nccl"`` makes. torch
+    2.15 makes the rewritten one (ProcessGroupNCCL2) unless this is false; torch 2.14
+    makes the legacy one unless this is true. Unset: the release's own default."""
     extra: dict[str, str] = field(default_factory=dict)
     """Any other ``NCCL_*`` or ``TORCH_NCCL_*`` variable, by name (``NCCL_DEBUG = "WARN"``)."""
 
@@ -103,6 +107,7 @@ class NcclSpec:
             "TORCH_NCCL_TRACE_BUFFER_SIZE": self.trace_buffer_size,
             "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": self.heartbeat_timeout_s,
             "TORCH_NCCL_ENABLE_MONITORING": self.enable_monitoring,
+            "TORCH_DIST_USE_NCCL2": self.use_nccl2,
         }
         env = {k: str(int(v)) for k, v in named.items() if v is not None}
         return env | dict(self.extra)
