@@ -9,9 +9,11 @@ test:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest
 
-# Every test, the slow ones too (about 20 minutes on 2 cores; installs Slurm as root).
+# Every test, the slow ones too (about 25 minutes on 2 cores; installs Slurm as root, and
+# builds the torch 2.15.0 environment the torch-reconfigure tests run in: ~90 s, 5.3 GB, once).
 test-all:
 	@tools/bootstrap.sh --test-all
+	.venv/bin/python -c "from bench.procs import venvs; venvs.prepare('torch==2.15.0', progress=print)"
 	.venv/bin/python -m pytest -m ""
 
 unit:

@@ -4,7 +4,7 @@ with torch >= 2.14.
 The harness's own torch (2.13.0 on this project's machines) lacks the API, so these run
 in a cached ``--env`` environment. Building one costs about 90 s and 5.3 GB (a CUDA build
 of torch); the default suite uses one only where it is already cached and says so
-otherwise, ``make test-all`` builds it (``test_the_environment_is_built``).
+otherwise; ``make test-all`` builds it before the tests start.
 """
 
 from __future__ import annotations
@@ -94,15 +94,6 @@ def test_survivors_reconfigure_in_place_and_train_on(run_scenario) -> None:
     worlds = {e["world_size"] for e in events if e["event"] == "reconfigured"}
     assert worlds == {2}, "the survivors' world after the kill"
     assert r["interposer"] == "ftbench-collectives"  # notify = "abandon" waits on ftbench's abortable layer
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_the_environment_is_built() -> None:
-    """``make test-all``: the environment the tests above need, built as a user's
-    ``--env torch==2.15.0`` builds it."""
-    env = venvs.prepare(SPECS[0], progress=print)
-    assert env.versions["torch"].startswith("2.15.0")
 
 
 @NEEDS_ENV
