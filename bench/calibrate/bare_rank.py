@@ -92,6 +92,13 @@ def main() -> int:
     torch.set_num_threads(1)  # as ftbench's ranks: four processes share two cores
     host, port = a.store.rsplit(":", 1)
     store = dist.TCPStore(host, int(port), None, False, timeout=datetime.timedelta(seconds=120))
+    # Every rank has imported torch before any starts the group: gloo's rendezvous waits
+    # only the process-group timeout for its peers, and importing a CUDA build of torch on
+    # a loaded machine can take longer than that (harness scaffolding, not measured).
+    store.add("imported", 1)
+    deadline = time.monotonic() + 120
+    while store.add("imported", 0) < a.world_size and time.monotonic() < deadline:
+        time.sleep(0.005)
     dist.init_process_group(
         a.backend, store=store, rank=a.rank, world_size=a.world_size, timeout=datetime.timedelta(seconds=a.timeout_s)
     )
