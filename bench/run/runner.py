@@ -162,7 +162,10 @@ class Session:
             self.progress(_progress_line(self.counter, self.total, point, trial, self.trials, result))
             if result.outcome == "interrupted":
                 raise KeyboardInterrupt
-            self.info.setdefault("strategy_versions", {}).setdefault(point.scenario.recovery.strategy, result.versions)
+            # One entry per strategy and environment: a stack may take another path on
+            # another torch (torchft's process group on torch's native reconfigure, say).
+            name = point.scenario.recovery.strategy + (f" @ {spec}" if spec else "")
+            self.info.setdefault("strategy_versions", {}).setdefault(name, result.versions)
             if result.clocks:  # per host: offset to the harness's clock and its uncertainty
                 self.info.setdefault("host_clocks", {}).setdefault(point.point_hash, {})[str(trial)] = result.clocks
                 self.rundir.write_run_json(self.info)

@@ -64,14 +64,34 @@ class TorchFTParams:
     torchft 0.2.0's hook kills the survivors when a peer dies (docs/facts.md); ``auto``
     applies the fix to versions that lack it (recorded in run.json), ``off`` measures
     such a version as shipped."""
+    process_group: Literal["auto", "torchft", "native"] = "auto"
+    """The process group handed to each replica's Manager. ``torchft``: torchft's own
+    ``ProcessGroupGloo``, which builds a new gloo group on every quorum change
+    (rendezvous on the group store of the quorum's first member). ``native``: a torch
+    group made by ``init_process_group(..., enable_reconfigure=True)`` (torch 2.14 and
+    later, gloo only), which torchft's Manager reconfigures in place with the handles
+    the lighthouse exchanged (rendezvous on the launcher's store, which every replica
+    reaches); a point whose torch or torchft cannot do it is skipped with the reason.
+    ``auto``: ``native`` where it can run, else ``torchft`` (torch 2.13: ``torchft``).
+    Each replica records the path it took, read off torchft's objects (event
+    ``tf_pg``; ``torchft_pg_path`` in run.json's ``strategy_versions``)."""
 
 
 def check(scenario: Scenario, file: str) -> None:
     """A trial has ``workload.world_size`` replica groups of one process each: a quorum
     or a commit that needs more of them than exist never forms, and every trial would
-    hang until its deadline."""
+    hang until its deadline. A native process group is built on gloo only; whether the
+    torch of the point can build one is asked where it runs (``TorchFTJob.unavailable``:
+    ``launch.env`` may name another torch than the harness's)."""
     params = scenario.recovery.params
     groups = scenario.workload.world_size
+    if params.process_group == "native" and scenario.workload.backend == "nccl":
+        raise ConfigError(
+            file,
+            "recovery.torchft.process_group",
+            '"auto" or "torchft" with workload.backend = "nccl" (the native group is built on gloo only)',
+            params.process_group,
+        )
     for knob in ("min_replicas", "min_replica_size"):
         value = getattr(params, knob)
         if value > groups:

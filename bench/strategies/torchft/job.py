@@ -19,6 +19,7 @@ figures ``ttfs_s`` (time to full strength) and ``restore_s``/``restore_bytes``.
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 from bench.jobs.supervisor import SupervisedJob
 from bench.scenario.model import Scenario
 from bench.strategies.torchft import TorchFTParams, lighthouse
-from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
+from bench.strategies.torchft.version import ddp_workaround_needed, native_unsupported, torchft_version
 
 FINISH_GRACE_S = 2.0
 """Once a replica has finished training, the others get this long to finish too (members
@@ -44,6 +45,18 @@ class TorchFTJob(SupervisedJob):
     def unavailable(cls, scenario: Scenario) -> str | None:
         if torchft_version() is None:
             return "torchft is not importable here: pip install 'ftbench[torchft]'"
+        params: TorchFTParams = scenario.recovery.params
+        if params.process_group == "native":
+            # Asked here, in the environment that runs the point (launch.env), not at load.
+            from bench.procs.machine import resolve_backend
+
+            try:
+                backend = resolve_backend(scenario.workload.backend, scenario.workload.world_size)
+            except RuntimeError:
+                return None  # the runner says why this backend cannot run
+            why = native_unsupported(backend)
+            if why:
+                return f"recovery.torchft.process_group = native: {why}"
         return None
 
     @property
@@ -118,7 +131,44 @@ class TorchFTJob(SupervisedJob):
             "torchft": version[1] if version else None,
             "torchft_distribution": version[0] if version else None,
             "torchft_ddp_workaround": ddp_workaround_needed(version, self.params.ddp_workaround) if version else None,
+            "torchft_process_group": self.params.process_group,
+            **observed_pg(self.ctx.events_dir),
         }
+
+
+def observed_pg(events_dir: Path) -> dict[str, Any]:
+    """The process group torchft's Managers held in a trial, as the replicas recorded it
+    (``tf_pg`` events): ``torchft_pg_path`` (``native`` or ``torchft``; several joined by
+    ``+`` if replicas differed; None if no replica got that far), ``torchft_pg_class``,
+    ``torchft_pg_handle`` and ``torchft_reconfigure_options`` (``torch``, ``shim`` or
+    ``none``)."""
+    seen: dict[str, set[str]] = {field: set() for field in _OBSERVED}
+    for path in sorted(events_dir.glob("rank*.jsonl")):
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if '"tf_pg"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a torn line
+            if event.get("event") == "tf_pg":
+                for key, values in seen.items():
+                    if isinstance(event.get(key), str):
+                        values.add(event[key])
+    return {name: "+".join(sorted(seen[field])) or None for field, name in _OBSERVED.items()}
+
+
+_OBSERVED = {
+    "path": "torchft_pg_path",
+    "pg_class": "torchft_pg_class",
+    "handle": "torchft_pg_handle",
+    "reconfigure_options": "torchft_reconfigure_options",
+}
+"""Fields of a ``tf_pg`` event -> their keys among the versions."""
 
 
 def _compress_logs(directory: Path) -> None:

@@ -6,6 +6,11 @@ to the lighthouse, TorchFT's ``DistributedDataParallel`` and ``OptimizerWrapper`
 HTTP checkpoint transport for live healing. Each replica group has one rank (group rank
 0 of 1), so "replica group r" is what the rest of ftbench calls rank r.
 
+The process group is torchft's own ``ProcessGroupGloo`` or, with torch >= 2.14, a torch
+group that torch reconfigures in place (``recovery.torchft.process_group``,
+:func:`native_group`); the replica records which one the Manager holds (``tf_pg``) and
+the group's handle after each quorum change (``pg_handle`` of ``reconfigured``).
+
 Three things are ftbench's, each only observing:
 
 - :class:`StampingManager` stamps the first error reported to the manager (``detect``);
@@ -54,7 +59,14 @@ from bench.rank.comm import classify
 from bench.rank.entry import RankSpec, device, store_client
 from bench.scenario.registry import load_path
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
-from bench.strategies.torchft.version import ddp_workaround_needed, torchft_version
+from bench.strategies.torchft.version import (
+    NATIVE_STORE_PREFIX,
+    ddp_workaround_needed,
+    native_unsupported,
+    observe_pg,
+    pg_path,
+    torchft_version,
+)
 
 
 def replica_log_path(events_dir: str | Path, rank: int, pid: int) -> str:
@@ -80,8 +92,13 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
     # the other replicas: on its host's address where they run on other hosts.
     address = os.environ.get(ADDRESS_ENV, "127.0.0.1")
     group_store = bound_store(address, timeout_s=spec.wait_s)
-    pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
-    pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
+    requested = params.process_group
+    path, reason = pg_path(requested, None if requested == "torchft" else native_unsupported(spec.backend))
+    if path == "native":
+        pg = native_group(spec, td(seconds=wl.pg_timeout_s))
+    else:
+        pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
+        pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
     transport = TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0)
     manager = StampingManager(
         pg=pg,
@@ -100,6 +117,8 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
         checkpoint_transport=transport,
         init_sync=params.init_sync,
     )
+    # What the Manager was handed, read off its own objects (not the knob).
+    events.emit("tf_pg", requested=requested, reason=reason, **observe_pg(manager._pg))
     model = ddp_class(workaround)(manager, workload.model)
     optimizer = OptimizerWrapper(manager, workload.opt)
     events.emit(
@@ -116,6 +135,33 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
         return _train(spec, events, manager, model, optimizer, workload)
     finally:
         manager.shutdown(wait=False)
+
+
+def native_group(spec: RankSpec, timeout: datetime.timedelta) -> dist.ProcessGroup:
+    """A torch gloo group in the reconfigure regime, for torchft's Manager to reconfigure
+    in place: ``init_process_group(..., enable_reconfigure=True)`` connects nothing; the
+    Manager's first quorum is its first ``reconfigure``, with the handles of the quorum's
+    members, which the lighthouse hands out.
+
+    Native gloo groups meet on their own store, so every replica's must be the same one:
+    the launcher's store (its own connection: the Manager's quorum thread waits on it),
+    under :data:`NATIVE_STORE_PREFIX`. The initial rank (the replica's id) only makes the
+    handles of live replicas unique; ranks come from the handles' order in each quorum.
+    ``timeout`` bounds collectives (a reconfigure keeps it; the Manager's own timeout
+    bounds the reconfigure itself)."""
+    store = dist.PrefixStore(NATIVE_STORE_PREFIX, store_client(spec))
+    init: Any = dist.init_process_group  # enable_reconfigure: torch >= 2.14 (not in older stubs)
+    init(
+        "gloo",
+        store=store,
+        rank=spec.rank,
+        world_size=spec.workload.world_size,
+        timeout=timeout,
+        enable_reconfigure=True,
+    )
+    group = dist.group.WORLD
+    assert isinstance(group, dist.ProcessGroup)
+    return group
 
 
 def _train(
@@ -142,7 +188,14 @@ def _train(
             return 0
         first = False
         if quorum_id != gen:
-            events.emit("reconfigured", gen=quorum_id, world_size=n, step=step, participating=rank is not None)
+            events.emit(
+                "reconfigured",
+                gen=quorum_id,
+                world_size=n,
+                step=step,
+                participating=rank is not None,
+                pg_handle=_handle(manager._pg),
+            )
             gen = quorum_id
         x, y = workload.batch(step, rank or 0, max(n, 1))
         sq = ((model(x) - y) ** 2).sum()
@@ -170,6 +223,15 @@ def _train(
     # The final parameters' digest: replicas that diverged show as "corrupted".
     events.emit("train_end", step=manager.current_step(), gen=gen, **workload.checksum())
     return 0
+
+
+def _handle(pg: Any) -> str:
+    """The group's reconfigure handle now: a native gloo group's names the quorum it was
+    last reconfigured for (``gloo:<rank>:<quorum id>:...``); torchft's is JSON."""
+    try:
+        return str(pg.get_reconfigure_handle())[:200]
+    except Exception as err:
+        return f"none ({type(err).__name__})"
 
 
 def _first_line(err: BaseException | None) -> str:
