@@ -30,32 +30,29 @@ is the ``.pth`` line.
 
 from __future__ import annotations
 
-import ast
-import collections
 import contextlib
 import fcntl
 import hashlib
 import importlib.metadata
 import json
 import os
-import queue
 import shutil
 import site
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.procs.pipinstall import BUILD_TIMEOUT_S as BUILD_TIMEOUT_S
+from bench.procs.pipinstall import EnvBuildError as EnvBuildError
+from bench.procs.pipinstall import configured_constraints, pip_install, stream
 from bench.scenario.requirements import parse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT_S = 1800.0
-"""A CUDA build of torch is several GB: installing it can take minutes."""
 PROBE = "import json; from bench.procs.machine import stack_versions; print(json.dumps(stack_versions()))"
 """Run by an environment's interpreter (ftbench is on its path through the .pth file)."""
 HARNESS_PATH = "FTBENCH_HARNESS_PATH"
@@ -68,9 +65,6 @@ PTH_LINE = (
     f'"{HARNESS_PATH}", "").split(os.pathsep)) if p and p not in sys.path])'
 )
 """The ``.pth`` line (site.py executes a line that starts with ``import``)."""
-NO_CONSTRAINTS = "ftbench-no-constraints.txt"
-"""The empty constraints file, inside the environment, that its pip calls get as
-``PIP_CONSTRAINT`` in place of the configured one."""
 MIN_FREE_GB_TORCH = 8.0
 """Free space (GB) under the cache needed to build an environment that holds torch: a
 CUDA build of torch is ~5.3 GB installed, plus pip's download cache and unpacking.
@@ -78,23 +72,6 @@ CUDA build of torch is ~5.3 GB installed, plus pip's download cache and unpackin
 MIN_FREE_GB = 1.0
 """Free space (GB) needed to build an environment without torch."""
 MIN_FREE_ENV = "FTBENCH_ENV_MIN_FREE_GB"
-SHOWN = (
-    "Collecting",
-    "Downloading",
-    "Processing",
-    "Installing collected packages",
-    "Successfully installed",
-    "ERROR",
-)
-"""pip's output lines passed on to the progress (the rest is kept for an error message)."""
-SHOWN_CHARS = 150
-HEARTBEAT_S = 30.0
-"""Silence after which the progress says the install is still running (pip says
-nothing while it unpacks a multi-GB wheel)."""
-
-
-class EnvBuildError(RuntimeError):
-    """An environment could not be built or used; the message says why."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -273,7 +250,7 @@ def _build(path: Path, reqs: list[str], progress: Callable[[str], None]) -> str 
     configured = configured_constraints(python)
     if configured:
         progress(f"  pip's configured constraints ({configured}) are set aside: the spec pins its own versions")
-    argv, env = pip_install(path, reqs)
+    argv, env = pip_install(path, reqs, hide=(HARNESS_PATH,))
     stream(argv, env=env, what=f"install {reqs}", progress=progress)
     purelib = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -286,123 +263,6 @@ def _build(path: Path, reqs: list[str], progress: Callable[[str], None]) -> str 
     # After the environment's own packages: ftbench itself, then the harness's packages.
     Path(purelib, PTH_NAME).write_text(PTH_LINE + "\n")
     return configured
-
-
-def pip_install(path: Path, reqs: list[str], base: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The pip call that installs ``reqs`` into the environment at ``path``, and its
-    environment variables: output streamed without a progress bar, and ``PIP_CONSTRAINT``
-    on an empty file of the environment's, which sets aside any configured constraint."""
-    empty = path / NO_CONSTRAINTS
-    empty.write_text("")
-    argv = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
-    argv += ["--progress-bar", "off", *reqs]
-    env = dict(os.environ if base is None else base, PIP_CONSTRAINT=str(empty), PYTHONUNBUFFERED="1")
-    env.pop(HARNESS_PATH, None)  # pip sees the environment's packages only
-    return argv, env
-
-
-def configured_constraints(python: str) -> str | None:
-    """The constraint files pip's configuration gives ``pip install`` of ``python``, as
-    configured, or None: ``PIP_CONSTRAINT``, else an ``[install]`` section's, else a
-    ``[global]`` one's (pip's own order: the first that is set wins)."""
-    try:
-        done = subprocess.run(
-            [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0:  # no answer: the variable at least
-        return os.environ.get("PIP_CONSTRAINT", "").strip() or None
-    found: dict[str, str] = {}
-    for line in done.stdout.splitlines():
-        name, _, value = line.partition("=")
-        section, _, option = name.rpartition(".")
-        if option != "constraint":
-            continue
-        try:
-            value = str(ast.literal_eval(value))
-        except (ValueError, SyntaxError):
-            value = value.strip("'\"")
-        found.setdefault(section, " ".join(value.split()))
-    return next((found[s] for s in (":env:", "install", "global") if found.get(s)), None)
-
-
-def shown(line: str, elapsed: float) -> str | None:
-    """A line of pip's output as the progress shows it (elapsed seconds first,
-    truncated), or None for one it does not."""
-    text = line.strip()
-    if not text.startswith(SHOWN):
-        return None
-    if len(text) > SHOWN_CHARS:
-        text = text[: SHOWN_CHARS - 3] + "..."
-    return f"    [{elapsed:4.0f}s] {text}"
-
-
-def stream(
-    argv: list[str],
-    *,
-    env: Mapping[str, str],
-    what: str,
-    progress: Callable[[str], None],
-    timeout: float = BUILD_TIMEOUT_S,
-    heartbeat: float = HEARTBEAT_S,
-) -> None:
-    """Run ``argv``, passing the lines of its output that matter to ``progress`` (and a
-    line after each ``heartbeat`` of silence); EnvBuildError with its last output if it
-    fails, or if it is still running after ``timeout``."""
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=dict(env),
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    tail: collections.deque[str] = collections.deque(maxlen=40)
-    last = start
-    try:
-        while True:
-            now = time.monotonic()
-            if now - start > timeout:
-                raise EnvBuildError(f"could not {what}: no answer within {timeout:.0f} s")
-            try:
-                line = lines.get(timeout=min(1.0, heartbeat))
-            except queue.Empty:
-                if time.monotonic() - last >= heartbeat:
-                    last = time.monotonic()
-                    latest = (tail[-1] if tail else what)[:80]
-                    progress(f"    [{last - start:4.0f}s] ... still running (last: {latest})")
-                continue
-            if line is None:
-                break
-            tail.append(line.rstrip())
-            out = shown(line, time.monotonic() - start)
-            if out is not None:
-                progress(out)
-                last = time.monotonic()
-        code = proc.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
-    except subprocess.TimeoutExpired:
-        raise EnvBuildError(f"could not {what}: no answer within {timeout:.0f} s") from None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(timeout=5)
-    if code != 0:
-        text = "\n".join(line for line in tail if line.strip())
-        raise EnvBuildError(f"could not {what}: {text[-500:]}")
 
 
 SHADOWED = ("bench", "injectors")

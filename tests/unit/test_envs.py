@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.procs import venvs
+from bench.procs import pipinstall, venvs
 from bench.procs.machine import stack_versions
 from bench.results import compare as cmp
 from bench.results import envcompare
@@ -211,11 +211,11 @@ def test_the_pip_call_sets_the_configured_constraints_aside(tmp_path: Path, monk
     cap = tmp_path / "constraints.txt"
     cap.write_text("ftbprobe<=1.0\n")
     monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
-    assert venvs.configured_constraints(sys.executable) == str(cap)
+    assert pipinstall.configured_constraints(sys.executable) == str(cap)
     env_dir = tmp_path / "env"
     env_dir.mkdir()
-    argv, env = venvs.pip_install(env_dir, ["ftbprobe==2.0"])
-    empty = env_dir / venvs.NO_CONSTRAINTS
+    argv, env = pipinstall.pip_install(env_dir, ["ftbprobe==2.0"])
+    empty = env_dir / pipinstall.NO_CONSTRAINTS
     assert env["PIP_CONSTRAINT"] == str(empty) and empty.read_text() == ""
     assert argv[0] == str(env_dir / "bin" / "python") and argv[-1] == "ftbprobe==2.0"
     assert "-q" not in argv and argv[argv.index("--progress-bar") + 1] == "off"
@@ -242,7 +242,7 @@ sys.exit(int(sys.argv[2]))
 
 def _pip_like(pause: float, code: int, **kw: Any) -> list[str]:
     lines: list[str] = []
-    venvs.stream(
+    pipinstall.stream(
         [sys.executable, "-c", PIP_LIKE, str(pause), str(code)],
         env=os.environ,
         what="install ['torch==2.15.0']",
@@ -263,14 +263,14 @@ def test_pip_output_is_streamed_filtered_and_timed() -> None:
     ]
     assert all(re.match(r"    \[ *\d+s\] \S", line) for line in lines)
     long = lines[1].split("] ", 1)[1]
-    assert len(long) == venvs.SHOWN_CHARS and long.endswith("...")
+    assert len(long) == pipinstall.SHOWN_CHARS and long.endswith("...")
 
 
 def test_a_silent_install_shows_it_is_alive_and_a_failure_names_pips_last_words() -> None:
     lines: list[str] = []
     with pytest.raises(venvs.EnvBuildError, match=r"(?s)could not install \['torch==2.15.0'\]: .*ERROR: something"):
         lines = []
-        venvs.stream(
+        pipinstall.stream(
             [sys.executable, "-c", PIP_LIKE, "1.5", "1"],
             env=os.environ,
             what="install ['torch==2.15.0']",
