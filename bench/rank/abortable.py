@@ -1,4 +1,5 @@
-"""reinit's collective layer: every collective abortable through the store.
+"""Collectives abortable through the store: reinit's layer, and torch-reconfigure's with
+``notify = "abandon"``.
 
 Why not call ``dist.all_reduce`` directly, as the stock strategies do? Two measured facts
 (docs/facts.md):

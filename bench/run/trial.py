@@ -214,10 +214,9 @@ def _torch_unavailable(scenario: Scenario) -> str | None:
     """Why the torch this harness runs cannot serve the point's strategy
     (``Strategy.torch``), or None: asked of the running torch, whatever launch.env said."""
     import torch
-    from packaging.specifiers import SpecifierSet
 
     strategy = STRATEGIES[scenario.recovery.strategy]
-    if not strategy.torch or SpecifierSet(strategy.torch).contains(torch.__version__, prereleases=True):
+    if strategy.serves_torch(torch.__version__):
         return None
     return f"{strategy.name} needs torch {strategy.torch}; this environment has torch {torch.__version__}"
 

@@ -82,19 +82,11 @@ def torch_gap(s: Scenario) -> str | None:
     """Why the torch a point runs cannot serve its strategy (``Strategy.torch``), or
     None, also where that torch is not known before its environment is built (the
     runner then asks the running torch itself)."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     strategy = STRATEGIES[s.recovery.strategy]
     found = torch_of(s.launch.env)
-    if not strategy.torch or found is None:
+    if found is None or strategy.serves_torch(found[0]):
         return None
     version, where = found
-    try:
-        if SpecifierSet(strategy.torch).contains(Version(version), prereleases=True):
-            return None
-    except InvalidVersion:
-        return None
     return (
         f"{strategy.name} needs torch {strategy.torch}; this point runs torch {version} ({where}): "
         "try --env torch==2.15.0"

@@ -92,6 +92,19 @@ class Strategy(Plugin):
     check: Callable[[Scenario, str], None] | None = None
     """Further checks of a point (raising ConfigError), beyond the ones above."""
 
+    def serves_torch(self, version: str) -> bool:
+        """Whether its stack runs on torch ``version`` (:attr:`torch`); a version that
+        cannot be read is given the benefit of the doubt (the running torch decides)."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        if not self.torch:
+            return True
+        try:
+            return SpecifierSet(self.torch).contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            return True
+
 
 STRATEGIES: Registry[Strategy] = Registry("strategy")
 

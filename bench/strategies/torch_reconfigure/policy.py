@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from collections.abc import Sequence
 
 import torch
@@ -71,7 +72,7 @@ class Notifier:
                     if error != dist.ErrorType.SUCCESS:  # type: ignore[attr-defined]  # torch >= 2.14 (checked on 2.13)
                         how = f"get_error:{error.name}"
                         break
-                    threading.Event().wait(params.poll_ms / 1e3)
+                    time.sleep(params.poll_ms / 1e3)
         except Exception:
             return  # the trial's deadline, or the store is gone
         with self.lock:
