@@ -117,11 +117,11 @@ class TorchReconfigure(ReformingPolicy):
         # torch >= 2.14's API; the type check runs against torch 2.13, which lacks it.
         self.store.set(f"g{g}/handle/{spec.rank}", dist._get_reconfigure_handle())  # type: ignore[attr-defined]
         keys = [f"g{g}/handle/{m}" for m in world.members]
-        self.store.wait(keys, datetime.timedelta(seconds=self.params.reconfigure_timeout_s))
+        timeout = datetime.timedelta(seconds=self.params.reconfigure_timeout_s)
+        self.store.wait(keys, timeout)
         handles = [self.store.get(k).decode() for k in keys]
         self.events.emit("handles", gen=g, world_size=world.size)
         # uuid: fresh for every reconfigure of this group, the same for all its members.
-        timeout = datetime.timedelta(seconds=self.params.reconfigure_timeout_s)
         dist._reconfigure(g + 1, handles, timeout=timeout).wait()  # type: ignore[attr-defined]
         if self.params.notify == "abandon":
             watch = Watch(store=self.watch_store, key=Membership.abort_key(g), timeout_s=spec.wait_s)
