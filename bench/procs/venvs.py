@@ -163,10 +163,10 @@ def prepare(spec: str, *, progress: Callable[[str], None] = lambda _line: None) 
     """The environment of ``spec``, built and cached on first use."""
     reqs = parse(spec)
     normal = " ".join(reqs)
-    if reqs and satisfied(reqs):
-        progress(f"  environment {normal!r}: the harness's own environment has it")
     found = cached(spec)
     if found is not None:
+        if reqs and found.python == sys.executable:
+            progress(f"  environment {normal!r}: the harness's own environment has it")
         return found
     root = _private(cache_dir())
     path = root / key(normal)
