@@ -79,5 +79,11 @@ def train(spec: RankSpec, events: EventWriter) -> int:
             return answer
         pos = answer
     policy.finish(pos)
-    events.emit("train_end", step=pos.committed, gen=pos.world.gen, world_size=pos.world.size, **workload.checksum())
+    # The GPU's peak is only known inside the rank; /proc sees host memory.
+    cuda = (
+        {"cuda_peak_bytes": torch.cuda.max_memory_allocated(workload.device)} if workload.device.type == "cuda" else {}
+    )
+    events.emit(
+        "train_end", step=pos.committed, gen=pos.world.gen, world_size=pos.world.size, **workload.checksum(), **cuda
+    )
     return 0

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import diagnosis, plots, tables, timeline
+from bench.report import diagnosis, plots, tables, tax, timeline
 from bench.report.blocks import Report
 from bench.report.series import Series, build_series, run_tags
 from bench.results.reader import Run
@@ -72,6 +72,7 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
         rep.add("table", table=clocks)
     _calibration(rep, runs)
     _projection(rep, runs)
+    tax.section(rep, runs, plot_dir)
     _distributions(rep, series, plot_dir)
     _phases(rep, series, plot_dir)
     diagnosis.timeouts(rep, runs, plot_dir)

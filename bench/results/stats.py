@@ -20,7 +20,7 @@ dropped by the caller with :func:`present`, so that ``n`` always counts what was
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -268,12 +268,31 @@ def median_difference_ci(
     seeded generator, so the same data always gives the same interval. ``coverage`` is the
     nominal level; NaN bounds when a sample is empty.
     """
+    return _bootstrap_medians(x, y, lambda a, b: a - b, level, resamples, seed)
+
+
+def median_ratio_ci(
+    x: Sequence[float], y: Sequence[float], level: float = 0.95, resamples: int = 4000, seed: int = 0
+) -> Interval:
+    """Bootstrap (percentile) confidence interval of ``median(x) / median(y)``, as
+    :func:`median_difference_ci` (``y`` must be positive)."""
+    return _bootstrap_medians(x, y, lambda a, b: a / b, level, resamples, seed)
+
+
+def _bootstrap_medians(
+    x: Sequence[float],
+    y: Sequence[float],
+    op: Callable[[float, float], float],
+    level: float,
+    resamples: int,
+    seed: int,
+) -> Interval:
     import random
 
     xs, ys = list(x), list(y)
     if not xs or not ys:
         return Interval(math.nan, math.nan, math.nan, 0)
     rng = random.Random(seed)
-    diffs = sorted(median(rng.choices(xs, k=len(xs))) - median(rng.choices(ys, k=len(ys))) for _ in range(resamples))
+    stats = sorted(op(median(rng.choices(xs, k=len(xs))), median(rng.choices(ys, k=len(ys)))) for _ in range(resamples))
     tail = (1 - level) / 2 * 100
-    return Interval(percentile(diffs, tail), percentile(diffs, 100 - tail), level, min(len(xs), len(ys)))
+    return Interval(percentile(stats, tail), percentile(stats, 100 - tail), level, min(len(xs), len(ys)))

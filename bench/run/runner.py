@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,8 +95,13 @@ def run(
         with contextlib.nullcontext(host) if host else ProcessHost() as session.host:
             info.setdefault("versions", machine.versions())
             info.setdefault("machine", machine.host())
-            for point in pts:
-                session.run_point(point)
+            if scenario.measure.interleave:
+                for trial in range(n):
+                    for point in pts:
+                        session.run_point(point, [trial])
+            else:
+                for point in pts:
+                    session.run_point(point)
         status = "complete" if only is None else "running"  # a child harness: the parent ends the run
     finally:
         if cluster is not None:
@@ -122,35 +127,49 @@ class Session:
     counter: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
     cluster: Cluster | None = None
+    prepared: dict[str, tuple[str, TrialFacts | None]] = field(default_factory=dict)
+    """Per point hash, checked and with its reference run: (backend, reference facts)."""
     host: ProcessHost = field(init=False)
 
-    def run_point(self, point: Point) -> None:
-        """Every trial of ``point`` (after its reference), or why it cannot run here.
-        A point of another environment (``launch.env``) runs in a child harness started
-        with that environment's interpreter."""
+    def run_point(self, point: Point, trials: Sequence[int] | None = None) -> None:
+        """Trials ``trials`` (every one by default) of ``point``, after its reference, or
+        why it cannot run here. A point of another environment (``launch.env``) runs
+        whole in a child harness started with that environment's interpreter. An
+        interleaved run calls this once per trial index: the checks and the reference
+        happen on the first call only."""
+        todo = list(range(self.trials)) if trials is None else list(trials)
         spec = " ".join(parse_requirements(point.scenario.launch.env))
         if spec != os.environ.get(ENV_SPEC, ""):
-            self._in_environment(point, spec)
+            if point.point_hash not in self.prepared:
+                self.prepared[point.point_hash] = ("", None)
+                self._in_environment(point, spec)
             return
-        try:
-            w = point.scenario.workload
-            backend = machine.resolve_backend(w.backend, w.world_size)
-            why = unavailable(point.scenario, cluster=self.cluster is not None)
-            if backend != "nccl" and point.scenario.launch.nccl.environment():
-                why = (
-                    f"launch.nccl is set but this point runs on {backend} (no GPU here): the NCCL knobs would not apply"
-                )
-            if why:
-                raise RuntimeError(why)
-        except RuntimeError as err:
-            self.skipped[point.label] = str(err)
-            self.progress(f"  skip {point.label}: {err}")
-            self.counter += self.trials
+        if point.label in self.skipped:
+            self.counter += len(todo)
             return
-        stage_overhead(point.scenario, self.info, self.progress, run_id=self.host.run_id)
-        exposure(point.scenario, self.info, self.progress, cluster=self.cluster is not None)
-        reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress, self.cluster)
-        for trial in range(self.trials):
+        if point.point_hash not in self.prepared:
+            try:
+                w = point.scenario.workload
+                backend = machine.resolve_backend(w.backend, w.world_size)
+                why = unavailable(point.scenario, cluster=self.cluster is not None)
+                if backend != "nccl" and point.scenario.launch.nccl.environment():
+                    why = (
+                        f"launch.nccl is set but this point runs on {backend} (no GPU here): the NCCL knobs would "
+                        "not apply"
+                    )
+                if why:
+                    raise RuntimeError(why)
+            except RuntimeError as err:
+                self.skipped[point.label] = str(err)
+                self.progress(f"  skip {point.label}: {err}")
+                self.counter += len(todo)
+                return
+            stage_overhead(point.scenario, self.info, self.progress, run_id=self.host.run_id)
+            exposure(point.scenario, self.info, self.progress, cluster=self.cluster is not None)
+            reference = _reference(point, self.host, self.rundir, backend, self.done, self.progress, self.cluster)
+            self.prepared[point.point_hash] = (backend, reference)
+        backend, reference = self.prepared[point.point_hash]
+        for trial in todo:
             self.counter += 1
             if (point.point_hash, trial, False) in self.done:
                 continue

@@ -9,6 +9,7 @@ clause undoes every fault and kills every process of the trial.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from typing import Any
 
 from bench.jobs.job import Job, TrialContext, TrialNetwork
 from bench.procs.events import Event, EventTail, EventWriter, read_clocks, read_events
+from bench.procs.resources import Counter, Sampler
 from bench.results.derive import fault_figures
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.hangs import StackDumps, tolerance
@@ -72,7 +74,10 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
     )
     outcome = "interrupted"
     tail = EventTail(ctx.events_dir)
+    sampler = _sampler(ctx) if scenario.measure.resources else None
     try:
+        if sampler is not None:
+            sampler.start()
         job.start()
         tail.clocks = job.clocks()  # agent hosts' stamps, mapped onto ours for the triggers
         for fault in faults:
@@ -87,6 +92,8 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
             dumps.close()
         for fault in faults:
             fault.undo_all(harness)
+        if sampler is not None:
+            harness.emit("resources", **sampler.stop())
         job.close()
         if ctx.network is not None:
             ctx.network.destroy()
@@ -114,10 +121,34 @@ def _network(ctx: TrialContext) -> TrialNetwork | None:
 
 def confinable(scenario: Scenario) -> bool:
     """Whether the trials of ``scenario`` run in a private network namespace: its stack
-    has servers that listen on every interface, and namespaces work here (root)."""
+    has servers that listen on every interface, or its bytes on the wire are counted
+    (``measure.resources``), and namespaces work here (root)."""
     from injectors.link import system
 
-    return bool(STRATEGIES[scenario.recovery.strategy].unbound_servers) and system.available() is None
+    wanted = bool(STRATEGIES[scenario.recovery.strategy].unbound_servers) or scenario.measure.resources
+    return wanted and system.available() is None
+
+
+def _sampler(ctx: TrialContext) -> Sampler:
+    """A sampler of the trial's processes and of its hosts' transmit counters."""
+    from injectors.link import netns
+
+    host, harness = ctx.host, os.getpid()
+    net, counters, how = ctx.network, [], ""
+
+    def opened(namespace: str) -> int:
+        return netns.run_in(namespace, os.open, "/proc/thread-self/net/dev", os.O_RDONLY | os.O_CLOEXEC)
+
+    if isinstance(net, netns.Topology):
+        counters = [Counter(h.name, opened(h.namespace), h.ifname) for h in net.hosts]
+        how = "each host namespace's eth0 transmit bytes, summed (headers included)"
+    elif isinstance(net, netns.PrivateNet):
+        counters = [Counter("job", opened(net.namespace), "lo")]
+        how = "the trial's private network namespace's loopback transmit bytes (headers included)"
+    # Asked at each sample: the forkserver may start during the trial.
+    return Sampler(
+        run_id=host.run_id, exclude=lambda: {harness, *host.infrastructure()}, counters=counters, wire_how=how
+    )
 
 
 def _schedule(ctx: TrialContext) -> list[ScheduledFault]:

@@ -62,6 +62,17 @@ class MeasureSpec:
     reference: bool = False
     """Run one fault-free trial per point first: ``loss_delta`` needs it, and ``goodput``
     and ``degraded_step_ratio`` then use its median step time."""
+    resources: bool = False
+    """Sample every process of each trial (resident memory, threads) and the bytes its
+    hosts send (:mod:`bench.procs.resources`): the ``rss_*``, ``job_*`` and
+    ``wire_bytes_per_step`` figures. Where namespaces work (root), a trial that would
+    run on the machine's loopback is confined to a private network namespace, so that
+    its loopback counts the job's bytes and nothing else."""
+    interleave: bool = False
+    """Run trial 1 of every point, then trial 2 of every point, and so on (instead of
+    every trial of one point, then the next): points compared by their ratio then see
+    the same drift of a shared machine. Points of another ``launch.env`` still run
+    whole, in their child harness."""
 
 
 NCCL_NAME = r"(TORCH_)?NCCL_[A-Z0-9_]+"

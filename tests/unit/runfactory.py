@@ -96,11 +96,11 @@ def write_run(
                     "fault_index": 0,
                     "fault": "kill",
                     "target": "2",
-                    **t,
                     "error": "",
                     "ff_step_s": 0.01,
                     "steps_done": 20,
                     "trial_wall_s": 1.0,
+                    **t,
                 }
             )
             if steps:

@@ -1,0 +1,133 @@
+"""The fault-free tax of each recovery stack: what it costs on every step when nothing fails.
+
+A ``resilience-tax`` run (no faults, ``measure.resources``, trials interleaved) holds one
+point per stack on the same workload. Each stack is compared with plain DDP
+(``failstop``) of the same configuration:
+
+- **step time**: the ratio of the medians of the trials' median step times (``ff_step_s``),
+  with a bootstrap 95 % interval (:func:`bench.results.stats.median_ratio_ci`): what the
+  stack adds to a step;
+- **wall time per step**: the same ratio of training wall time per step
+  (``ff_step_s / goodput``), which also holds what happens between steps (checkpoint
+  writes, a slow rank held up by another's);
+- memory, bytes on the wire per step, processes and threads: the medians of the
+  trials' figures, and the processes and threads the stack adds to failstop's.
+
+Only trials that ran to their end (outcome ``completed``) count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from bench.procs.events import read_events
+from bench.results import stats
+from bench.results.reader import Run
+from bench.results.resources import roles
+
+BASELINE = "failstop"
+#: Medians reported beside the ratios, by figure.
+RESOURCES = (
+    "rss_rank_peak_bytes",
+    "rss_job_peak_bytes",
+    "cuda_rank_peak_bytes",
+    "wire_bytes_per_step",
+    "job_procs",
+    "job_threads",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Tax:
+    strategy: str
+    label: str
+    baseline: str
+    """The label of the failstop point it is compared with."""
+    n: int
+    step_s: float
+    """Median of the trials' median step times."""
+    ratio: float
+    low: float
+    high: float
+    wall_ratio: float
+    wall_low: float
+    wall_high: float
+    medians: dict[str, float] = field(default_factory=dict)
+    """Median of each of :data:`RESOURCES` over the trials (NaN: not measured)."""
+    helpers: dict[str, int] = field(default_factory=dict)
+    """Processes by kind in the point's first completed trial (ranks included)."""
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.label == self.baseline
+
+
+def strategy_tax(run: Run) -> list[Tax]:
+    """One :class:`Tax` per fault-free point that has a failstop point to compare with,
+    in the run's point order (the baseline itself included, ratio 1)."""
+    df = run.measured()
+    if df.empty:
+        return []
+    df = df[(df["fault"] == "none") & (df["outcome"] == "completed")]
+    pts = run.points()
+    base_of: dict[str, str] = {}
+    for p in pts:
+        if p["values"].get("recovery.strategy", _strategy(df, p["point_hash"])) == BASELINE:
+            base_of[_others(p)] = p["point_hash"]
+    out = []
+    for p in pts:
+        rows = df[df["point_hash"] == p["point_hash"]]
+        base = base_of.get(_others(p))
+        if rows.empty or base is None:
+            continue
+        base_rows = df[df["point_hash"] == base]
+        if base_rows.empty:
+            continue
+        label = {q["point_hash"]: q["label"] for q in pts}
+        out.append(_tax(run, p, rows, base_rows, label[base]))
+    return out
+
+
+def _tax(run: Run, point: dict, rows: pd.DataFrame, base: pd.DataFrame, base_label: str) -> Tax:
+    step, base_step = _values(rows["ff_step_s"]), _values(base["ff_step_s"])
+    wall, base_wall = _values(rows["ff_step_s"] / rows["goodput"]), _values(base["ff_step_s"] / base["goodput"])
+    same = point["label"] == base_label
+    r = stats.median_ratio_ci(step, base_step)
+    w = stats.median_ratio_ci(wall, base_wall)
+    first = int(rows["trial"].min())
+    return Tax(
+        strategy=str(rows["strategy"].iloc[0]),
+        label=point["label"],
+        baseline=base_label,
+        n=len(step),
+        step_s=stats.median(step),
+        ratio=1.0 if same else _ratio(step, base_step),
+        low=1.0 if same else r.low,
+        high=1.0 if same else r.high,
+        wall_ratio=1.0 if same else _ratio(wall, base_wall),
+        wall_low=1.0 if same else w.low,
+        wall_high=1.0 if same else w.high,
+        medians={k: stats.median(_values(rows[k])) if k in rows else math.nan for k in RESOURCES},
+        helpers=roles(read_events(run.events_dir(point["point_hash"], first))),
+    )
+
+
+def _values(col: pd.Series) -> list[float]:
+    return stats.present(col.astype(float))
+
+
+def _ratio(x: list[float], y: list[float]) -> float:
+    return stats.median(x) / stats.median(y) if x and y else math.nan
+
+
+def _strategy(df: pd.DataFrame, point_hash: str) -> str:
+    rows = df[df["point_hash"] == point_hash]
+    return str(rows["strategy"].iloc[0]) if not rows.empty else ""
+
+
+def _others(point: dict) -> str:
+    """The point's sweep values but its strategy: the key a stack and its baseline share."""
+    return repr(sorted((k, repr(v)) for k, v in point["values"].items() if k != "recovery.strategy"))
