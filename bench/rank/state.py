@@ -1,17 +1,14 @@
-"""Moving training state: checkpoints on disk and transfers from a peer.
+"""Moving training state from a peer.
 
-Strategies use them from their rank policies (restart loads a checkpoint, reinit and
-its growth take state from a peer). Both record ``restore_start`` / ``restore_end``
-with the bytes moved, so the restore phase and its size are figures whichever way the
-state travels.
+reinit and its growth take state from a peer through the process group; checkpoints,
+on disk or replicated, are :mod:`bench.rank.checkpoint`. Both record ``restore_start`` /
+``restore_end`` with the bytes moved, so the restore phase and its size are figures
+whichever way the state travels.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -19,29 +16,6 @@ import torch.distributed as dist
 from bench.procs.events import EventWriter
 from bench.rank.policy import World
 from bench.rank.workload import Workload
-
-
-def save_checkpoint(directory: str, workload: Workload, step: int, events: EventWriter) -> None:
-    """Write the state every rank shares (rank 0 calls this); atomic by rename."""
-    path = Path(directory) / "latest.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"step": step, "state": workload.state_dict()}, tmp)
-    os.replace(tmp, path)
-    events.emit("checkpoint", step=step, bytes=path.stat().st_size, save_s=time.perf_counter() - start)
-
-
-def restore_checkpoint(directory: str, workload: Workload, events: EventWriter) -> int:
-    """Load the last checkpoint, if any; returns the step it holds (0 without one)."""
-    path = Path(directory) / "latest.pt"
-    if not path.exists():
-        return 0
-    events.emit("restore_start", how="disk")
-    saved = torch.load(path, weights_only=True)
-    workload.load_state_dict(saved["state"])
-    events.emit("restore_end", how="disk", bytes=path.stat().st_size, step=int(saved["step"]))
-    return int(saved["step"])
 
 
 def restore_from_peer(workload: Workload, world: World, source: int, events: EventWriter) -> None:

@@ -44,6 +44,16 @@ class Workload(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Adopt a peer's state (restore from peer or from a checkpoint)."""
 
+    def dcp_state_dict(self) -> dict[str, Any]:
+        """The state in the form ``torch.distributed.checkpoint`` saves, and loads in
+        place (a workload with sharded state returns its shards, keyed the same on every
+        rank); by default :meth:`state_dict`."""
+        return self.state_dict()
+
+    def load_dcp_state_dict(self, state: dict[str, Any]) -> None:
+        """Adopt a state :meth:`dcp_state_dict` made and DCP filled in."""
+        self.load_state_dict(state)
+
     def checksum(self) -> dict[str, Any]:
         """``digest`` (bitwise identity) and ``l1`` (magnitude) of the trained state, to
         tell replicas that diverged or a run that learnt something wrong; {} if none."""

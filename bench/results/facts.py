@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bench.procs.events import Event
+from bench.results.checkpoints import checkpoint_figures
 
 NAN = math.nan
 
@@ -48,6 +49,9 @@ class TrialFacts:
     checkpoint_s: float = NAN
     """Seconds spent writing checkpoints in the trial (their cost), NaN without any."""
     checkpoint_bytes: float = NAN
+    checkpoint_blocked_s: float = NAN
+    checkpoint_background_s: float = NAN
+    """The checkpoint figures (:mod:`bench.results.checkpoints`), NaN without saves."""
     final_digests: frozenset[str] = frozenset()
     """Parameter digests the ranks reported when they finished (one if replicas agree)."""
     final_l1: float = NAN
@@ -133,15 +137,13 @@ def trial_facts(events: Sequence[Event], *, steps: int, warmup_steps: int) -> Tr
     final_loss = final.loss if final is not None and final.has_loss and final.step == steps else NAN
     starts = [e["t"] - int(float(e["step_s"]) * 1e9) for e in step_events if int(e["step"]) == 1]
     rank_ends = [e["t"] for e in events if e.get("src") == "rank"]
-    saves = [e for e in events if e["event"] == "checkpoint"]
     ends = [e for e in events if e["event"] == "train_end" and e.get("digest")]
     last_gen = max((int(e.get("gen", 0)) for e in ends), default=0)
     ends = [e for e in ends if int(e.get("gen", 0)) == last_gen]
     return TrialFacts(
         final_digests=frozenset(str(e["digest"]) for e in ends),
         final_l1=float(ends[0]["l1"]) if ends and ends[0].get("l1") is not None else NAN,
-        checkpoint_s=sum(float(e["save_s"]) for e in saves) if saves else NAN,
-        checkpoint_bytes=float(saves[-1]["bytes"]) if saves else NAN,
+        **checkpoint_figures(events),
         steps_done=len(done),
         completed=steps in done and any(e["event"] == "train_end" for e in events),
         hung=any(e["event"] == "trial_end" and e.get("outcome") == "hung" for e in events),

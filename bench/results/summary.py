@@ -16,7 +16,7 @@ from bench.scenario.figures import figure, is_figure, is_phase, outcomes_text
 
 #: Trial-level figures summarised beside the per-fault ones (a checkpoint's cost is the
 #: other side of restart's steps_lost).
-SUMMARISED_TRIAL_FIGURES = ("checkpoint_s",)
+SUMMARISED_TRIAL_FIGURES = ("checkpoint_s", "checkpoint_blocked_s", "checkpoint_background_s")
 
 
 def _is_stat(col: str) -> bool:

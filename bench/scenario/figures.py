@@ -131,9 +131,31 @@ FIGURES: tuple[Figure, ...] = (
         unit="s",
         better="lower",
         per="trial",
-        meaning="seconds spent writing checkpoints in the trial (the other side of steps_lost)",
+        meaning="seconds the training loop was held by checkpoints in the trial, summed over saves (the other side "
+        "of steps_lost)",
     ),
-    Figure(name="checkpoint_bytes", unit="bytes", better="lower", per="trial", meaning="size of the last checkpoint"),
+    Figure(
+        name="checkpoint_bytes",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="bytes the last checkpoint wrote, every rank together (a replicating design counts its copies)",
+    ),
+    Figure(
+        name="checkpoint_blocked_s",
+        unit="s",
+        better="lower",
+        per="trial",
+        meaning="median per save of the time the training loop was held (the slowest rank's)",
+    ),
+    Figure(
+        name="checkpoint_background_s",
+        unit="s",
+        better="lower",
+        per="trial",
+        meaning="median per save of the time an asynchronous save ran on after the loop went on (empty for "
+        "synchronous designs)",
+    ),
 )
 
 PHASE_PREFIX, PHASE_SUFFIX = "phase_", "_s"

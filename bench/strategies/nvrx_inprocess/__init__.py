@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal
 
 from bench.jobs.nvrx import NVRX
+from bench.rank.checkpoint import Design, check_design
 from bench.scenario.config import ConfigError, bounded
 from bench.scenario.strategy import STRATEGIES, Strategy
 
@@ -78,8 +79,14 @@ class NVRxInprocessParams:
     min_world_size: int = bounded(1, ge=1)
     """``RetryController(min_world_size)``: fewer live ranks than this end the job."""
     checkpoint_every: int = bounded(50, ge=1)
-    """Group rank 0 saves the training state every this many steps (inside NVRx's
-    ``atomic()``); every restart iteration resumes from the last save, as NVRx's examples do."""
+    """The ranks save the training state every this many steps (inside NVRx's
+    ``atomic()``); every restart iteration resumes from the last finished save, as NVRx's
+    examples do."""
+    checkpoint: Design = "torch-save"
+    """Where the state lives, as under ``restart``: ``torch-save``, ``dcp``, ``dcp-async``
+    or ``nvrx-async`` (needs GPUs); not ``nvrx-local``, whose replication cliques need a
+    world size that the survivors of a loss no longer have. docs/strategies.md,
+    "Checkpoint designs"."""
 
 
 STORE_PORT_KEY = "nvrx/store_port"
@@ -111,6 +118,18 @@ def check(scenario: Scenario, file: str) -> None:
             raise ConfigError(
                 file, f"recovery.nvrx-inprocess.{low}", f"less than {high} ({getattr(p, high)})", getattr(p, low)
             )
+    if p.checkpoint == "nvrx-local":
+        raise ConfigError(
+            file,
+            "recovery.nvrx-inprocess.checkpoint",
+            "torch-save, dcp, dcp-async or nvrx-async: nvrx-local's replication cliques (pairs of ranks) cannot "
+            "be formed again by the odd number of survivors in-process restart goes on with",
+            p.checkpoint,
+        )
+    w = scenario.workload
+    check_design(
+        p.checkpoint, backend=w.backend, world_size=w.world_size, file=file, key="recovery.nvrx-inprocess.checkpoint"
+    )
     if p.min_world_size > scenario.workload.world_size:
         raise ConfigError(
             file, "recovery.nvrx-inprocess.min_world_size", "at most workload.world_size", p.min_world_size

@@ -15,6 +15,7 @@ from typing import Any
 from bench.jobs.nvrx import nvrx_unavailable, nvrx_version
 from bench.jobs.supervisor import SupervisedJob
 from bench.procs.store import free_port
+from bench.rank.checkpoint import unavailable
 from bench.rank.entry import RankSpec
 from bench.scenario.model import Scenario
 from bench.strategies.nvrx_inprocess import STORE_PORT_KEY
@@ -23,7 +24,8 @@ from bench.strategies.nvrx_inprocess import STORE_PORT_KEY
 class NVRxInprocessJob(SupervisedJob):
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
-        return nvrx_unavailable()
+        w, p = scenario.workload, scenario.recovery.params
+        return nvrx_unavailable() or unavailable(p.checkpoint, w.backend, w.world_size)
 
     def start_services(self) -> None:
         self.store.set(STORE_PORT_KEY, str(free_port()))

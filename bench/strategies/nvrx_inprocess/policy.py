@@ -31,11 +31,11 @@ from nvidia_resiliency_ext.inprocess.abort import AbortTorchDistributed
 
 from bench.jobs.nvrx import nvrx_version
 from bench.procs.events import EventWriter
+from bench.rank.checkpoint.base import Checkpointer, between_steps, open_checkpointer, where
 from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_LEFT, RankSpec, store_client
 from bench.rank.loop import train
 from bench.rank.policy import Position, RankPolicy, World
-from bench.rank.state import restore_checkpoint, save_checkpoint
 from bench.rank.workload import Workload
 from bench.strategies.nvrx_inprocess import STORE_PORT_KEY, NVRxInprocessParams
 from bench.strategies.nvrx_inprocess.observe import (
@@ -125,6 +125,8 @@ def build_wrapper(params: NVRxInprocessParams, emit: Any, *, host: str, port: in
 class NVRxInprocess(RankPolicy):
     """The world of one NVRx iteration; a failure goes back to NVRx."""
 
+    checkpointer: Checkpointer
+
     def start(self, workload: Workload) -> Position:
         spec = self.spec
         call = _CALL[0]
@@ -142,7 +144,10 @@ class NVRxInprocess(RankPolicy):
         members = store.multi_get([f"launch_rank/{r}" for r in range(size)])
         world = World(gen=gen, members=tuple(int(m) for m in members), me=spec.rank)
         comm = StockCollectives(group_rank=rank, group_size=size, hooks=self.hooks, interpose=spec.interpose)
-        committed = restore_checkpoint(spec.checkpoint_dir, workload, self.events)
+        params: NVRxInprocessParams = spec.recovery.params
+        # A checkpointer per iteration: its world (and any group of its own) is this one's.
+        self.checkpointer = open_checkpointer(params.checkpoint, where(spec, world), workload, self.events)
+        committed = self.checkpointer.restore()
         workload.attach(comm)
         return Position(world=world, comm=comm, step=committed + 1, committed=committed)
 
@@ -151,7 +156,12 @@ class NVRxInprocess(RankPolicy):
 
     def after_step(self, pos: Position, workload: Workload) -> Position | int:
         params: NVRxInprocessParams = self.spec.recovery.params
-        if pos.world.group_rank == 0 and pos.committed % params.checkpoint_every == 0:
-            with _CALL[0].atomic():  # NVRx's guard: no restart in the middle of a save
-                save_checkpoint(self.spec.checkpoint_dir, workload, pos.committed, self.events)
+        with _CALL[0].atomic():  # NVRx's guard: no restart in the middle of a save
+            err = between_steps(self.checkpointer, pos, params.checkpoint_every, self.events)
+        if err is not None:
+            return self.on_failure(pos, err, workload)
         return super().after_step(pos, workload)
+
+    def finish(self, pos: Position) -> None:
+        with _CALL[0].atomic():
+            self.checkpointer.finish()

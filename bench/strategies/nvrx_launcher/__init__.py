@@ -6,20 +6,24 @@ torchrun's agent, with one rank monitor process per worker) starts fresh worker
 interpreters. Each worker talks to its rank monitor through NVRx's
 ``RankMonitorClient``, as NVRx documents for users: a heartbeat after every step, or a
 ``step`` section around every step. A monitor whose rank stops beating (or overstays a
-section) kills the rank; the agent then restarts the whole group, which resumes from rank
-0's last checkpoint, exactly as under ``restart``. ftbench observes the agent and the
-monitors through events only (``agent.py``); the worker side is ``restart``'s policy plus
+section) kills the rank; the agent then restarts the whole group, which resumes from the
+last checkpoint, exactly as under ``restart`` (with its ``checkpoint`` designs). ftbench
+observes the agent and the monitors through events only (``agent.py``); the worker side is ``restart``'s policy plus
 the client (``policy.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bench.jobs.nvrx import NVRX
+from bench.rank.checkpoint import Design, check_design
 from bench.scenario.config import bounded
 from bench.scenario.strategy import STRATEGIES, Strategy
+
+if TYPE_CHECKING:
+    from bench.scenario.model import Scenario
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,8 +68,20 @@ class NVRxLauncherParams:
     """``--workers-stop-timeout``: SIGTERM to SIGKILL when the agent stops its workers to
     restart them."""
     checkpoint_every: int = bounded(50, ge=1)
-    """Rank 0 saves the training state every this many steps; a restart resumes from
-    the last save (as under ``restart``)."""
+    """The ranks save the training state every this many steps; a restart resumes from
+    the last finished save (as under ``restart``)."""
+    checkpoint: Design = "torch-save"
+    """Where the state lives, as under ``restart``: ``torch-save``, ``dcp``, ``dcp-async``,
+    ``nvrx-async`` (needs GPUs) or ``nvrx-local``; docs/strategies.md, "Checkpoint designs"."""
+
+
+def check(scenario: Scenario, file: str) -> None:
+    """The checkpoint design can run."""
+    p: NVRxLauncherParams = scenario.recovery.params
+    w = scenario.workload
+    check_design(
+        p.checkpoint, backend=w.backend, world_size=w.world_size, file=file, key="recovery.nvrx-launcher.checkpoint"
+    )
 
 
 STRATEGIES.register(
@@ -85,6 +101,7 @@ STRATEGIES.register(
             "the store rank 0 hosts for the workers' process group (env://)",
         ),
         packages=(NVRX,),
+        check=check,
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed (or killed) worker
             ("teardown", "teardown_end"),  # surviving workers stopped

@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.jobs.elastic import ElasticJob
 from bench.jobs.nvrx import nvrx_unavailable, nvrx_version
+from bench.rank.checkpoint import unavailable
 from bench.scenario.model import Scenario
 from bench.strategies.nvrx_launcher import NVRxLauncherParams
 
@@ -61,7 +62,8 @@ class NVRxLauncherJob(ElasticJob):
 
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
-        return nvrx_unavailable()
+        w, p = scenario.workload, scenario.recovery.params
+        return nvrx_unavailable() or unavailable(p.checkpoint, w.backend, w.world_size)
 
     @property
     def params(self) -> NVRxLauncherParams:

@@ -1,6 +1,6 @@
 """nvrx-launcher's worker side: ``restart``'s policy, plus NVRx's ``RankMonitorClient``.
 
-The world, the generation and the checkpoint are exactly ``restart``'s (ft_launcher sets
+The world, the generation and the checkpoint (and its designs) are exactly ``restart``'s (ft_launcher sets
 the same torchelastic environment). What NVRx adds is the stock client integration its
 documentation gives users: connect to this worker's rank monitor
 (``init_workload_monitoring``) once the process exists, then prove progress after every
@@ -42,6 +42,7 @@ class NVRxLauncher(RestartPolicy):
         return answer
 
     def finish(self, pos: Position) -> None:
+        super().finish(pos)  # background saves finish inside the last section
         if self.sections:
             self.client.end_all_sections()
         self.client.shutdown_workload_monitoring()

@@ -3,8 +3,9 @@
 The real ``torch.distributed.run`` and its ``LocalElasticAgent`` (instrumented only by
 events, :mod:`bench.strategies.restart.torchrun`) start fresh worker interpreters, so a
 restart pays the Python and torch import like a real job does; each phase of the
-restart is a figure of its own. Rank 0 saves a checkpoint every ``checkpoint_every``
-steps; a restarted world resumes from it.
+restart is a figure of its own. The ranks save a checkpoint every ``checkpoint_every``
+steps, by the design the ``checkpoint`` knob names (:mod:`bench.rank.checkpoint`); a
+restarted world resumes from the last finished one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bench.rank.checkpoint import Design, check_design
 from bench.scenario.config import ConfigError, bounded
 from bench.scenario.limits import MAX_SECONDS
 from bench.scenario.strategy import STRATEGIES, Strategy
@@ -25,8 +27,16 @@ class RestartParams:
     max_restarts: int = bounded(3, ge=0)
     """torchrun ``--max-restarts``: whole-group restarts before the job is failed."""
     checkpoint_every: int = bounded(50, ge=1)
-    """Rank 0 saves the training state every this many steps; a restart resumes from
-    the last save, so up to this many steps are lost."""
+    """The ranks save the training state every this many steps; a restart resumes from
+    the last finished save, so up to this many steps are lost (more while an
+    asynchronous save is still running)."""
+    checkpoint: Design = "torch-save"
+    """Where the state lives: ``torch-save`` (group rank 0 writes one file; the loop
+    waits), ``dcp`` (torch.distributed.checkpoint.save: every rank writes its part),
+    ``dcp-async`` (its async_save: the loop waits for the staging copy, the next save or
+    the end for the previous save), ``nvrx-async`` (NVRx's asynchronous writer; needs
+    GPUs) or ``nvrx-local`` (NVRx's local checkpoints, replicated to a peer);
+    docs/strategies.md, "Checkpoint designs"."""
     min_nodes: int = bounded(0, ge=0)
     """With host agents: torchrun ``--nnodes MIN:MAX``, so that the job goes on with as few
     as this many hosts once one is lost (``host-down``) instead of waiting for it. 0: every
@@ -57,8 +67,10 @@ class RestartParams:
 
 
 def check(scenario: Scenario, file: str) -> None:
-    """``min_nodes`` is a count of the scenario's hosts."""
+    """``min_nodes`` is a count of the scenario's hosts; the checkpoint design can run."""
     p: RestartParams = scenario.recovery.params
+    w = scenario.workload
+    check_design(p.checkpoint, backend=w.backend, world_size=w.world_size, file=file, key="recovery.restart.checkpoint")
     hosts = scenario.workload.world_size // scenario.launch.ranks_per_host
     if p.min_nodes and not (scenario.launch.agents and p.min_nodes <= hosts):
         raise ConfigError(

@@ -12,12 +12,19 @@ from typing import Any
 import torch
 
 from bench.jobs.elastic import ElasticJob
+from bench.rank.checkpoint import unavailable
+from bench.scenario.model import Scenario
 from bench.strategies.restart import RestartParams
 
 
 class RestartJob(ElasticJob):
     agent_module = "bench.strategies.restart.torchrun"
     log_name = "torchrun.log"
+
+    @classmethod
+    def unavailable(cls, scenario: Scenario) -> str | None:
+        w, p = scenario.workload, scenario.recovery.params
+        return unavailable(p.checkpoint, w.backend, w.world_size)
 
     def launcher_args(self, nproc: int, rdzv_port: int, *, nnodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
         params: RestartParams = self.ctx.scenario.recovery.params

@@ -2,24 +2,29 @@
 
 Rank, size and rendezvous come from torchrun's environment (``env://``); the generation
 is ``TORCHELASTIC_RESTART_COUNT``. A failure ends the worker (exit 1): the agent then
-tears the group down and starts a new one, which resumes from rank 0's checkpoint.
+tears the group down and starts a new one, which resumes from the last finished
+checkpoint of the design the ``checkpoint`` knob names (an asynchronous save still in
+flight dies with its worker).
 """
 
 from __future__ import annotations
 
 import os
 
+from bench.rank.checkpoint.base import Checkpointer, between_steps, open_checkpointer, where
 from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_FAILED
 from bench.rank.policy import Position, RankPolicy, World
-from bench.rank.state import restore_checkpoint, save_checkpoint
 from bench.rank.workload import Workload
 from bench.strategies.restart import RestartParams
 
 
 class RestartPolicy(RankPolicy):
+    checkpointer: Checkpointer
+
     def start(self, workload: Workload) -> Position:
         spec = self.spec
+        params: RestartParams = spec.recovery.params
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         gen = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.init_group(gen=gen, rank=rank, size=size, init_method="env://")
@@ -27,7 +32,8 @@ class RestartPolicy(RankPolicy):
             self.events.emit("reconfigured", gen=gen, world_size=size)
         world = World(gen=gen, members=tuple(range(size)), me=rank)
         comm = StockCollectives(group_rank=rank, group_size=size, hooks=self.hooks, interpose=spec.interpose)
-        committed = restore_checkpoint(spec.checkpoint_dir, workload, self.events)
+        self.checkpointer = open_checkpointer(params.checkpoint, where(spec, world), workload, self.events)
+        committed = self.checkpointer.restore()
         workload.attach(comm)
         return Position(world=world, comm=comm, step=committed + 1, committed=committed)
 
@@ -36,6 +42,10 @@ class RestartPolicy(RankPolicy):
 
     def after_step(self, pos: Position, workload: Workload) -> Position | int:
         params: RestartParams = self.spec.recovery.params
-        if pos.world.group_rank == 0 and pos.committed % params.checkpoint_every == 0:
-            save_checkpoint(self.spec.checkpoint_dir, workload, pos.committed, self.events)
+        err = between_steps(self.checkpointer, pos, params.checkpoint_every, self.events)
+        if err is not None:
+            return self.on_failure(pos, err, workload)
         return super().after_step(pos, workload)
+
+    def finish(self, pos: Position) -> None:
+        self.checkpointer.finish()

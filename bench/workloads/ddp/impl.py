@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.rank.comm import Collectives, CorruptionDetected, site
@@ -123,3 +124,12 @@ class DDPWorkload(Workload):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
+
+    def dcp_state_dict(self) -> dict[str, Any]:
+        # DCP's own view of module and optimizer: optimizer state keyed by parameter name
+        # (not by position), as torch's DCP docs have it.
+        model, optim = get_state_dict(self.model, self.opt)
+        return {"model": model, "optim": optim}
+
+    def load_dcp_state_dict(self, state: dict[str, Any]) -> None:
+        set_state_dict(self.model, self.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
