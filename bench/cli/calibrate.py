@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.common import cli, errors, interrupt
+from bench.cli.common import Ascii, cli, errors, interrupt
 from bench.scenario.config import ConfigError
 
 ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
@@ -27,21 +27,21 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
 )
 @click.option(
     "--trials",
-    type=click.IntRange(min=2),
+    type=Ascii(click.IntRange(min=2)),
     default=15,
     show_default=True,
     help="Trials per case and path (bare and ftbench, interleaved).",
 )
 @click.option(
     "--tolerance-ms",
-    type=click.FloatRange(min=0),
+    type=Ascii(click.FloatRange(min=0)),
     default=5.0,
     show_default=True,
     help="Absolute part of the tolerance on the difference of medians.",
 )
 @click.option(
     "--tolerance-rel",
-    type=click.FloatRange(min=0),
+    type=Ascii(click.FloatRange(min=0)),
     default=0.10,
     show_default=True,
     help="Relative part (of the bare median); the larger of the two applies.",

@@ -22,6 +22,24 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class Ascii(click.ParamType):
+    """A number option in ASCII digits. click's INT and FLOAT convert with Python's
+    ``int()`` and ``float()``, which take full-width and other Unicode digits ("３"), so
+    a value that looks like nothing a shell script would write was accepted."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{value!r} is not a number in ASCII digits", param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+    def get_metavar(self, param: click.Parameter, **kwargs: Any) -> str | None:
+        return self.inner.get_metavar(param, **kwargs)
+
+
 def errors(func: F) -> F:
     """Bad input becomes one line on stderr and exit status 2, never a traceback."""
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from bench.cli.common import cli, errors
+from bench.cli.common import Ascii, cli, errors
 from bench.scenario.config import ConfigError
 
 if TYPE_CHECKING:
@@ -44,10 +44,14 @@ def gate_options(fn: F) -> F:
                 metavar="FIGURE",
                 help="Figure to compare (repeatable). Default: gate.metric for gate, every figure for compare.",
             ),
-            click.option("--factor", type=float, help="Median ratio above which a change counts (gate.factor)."),
-            click.option("--floor-s", type=float, help="Absolute difference below which it does not (gate.floor_s)."),
-            click.option("--alpha", type=float, help="Mann-Whitney p threshold (gate.alpha)."),
-            click.option("--min-trials", type=int, help="Values needed on each side (gate.min_trials)."),
+            click.option(
+                "--factor", type=Ascii(click.FLOAT), help="Median ratio above which a change counts (gate.factor)."
+            ),
+            click.option(
+                "--floor-s", type=Ascii(click.FLOAT), help="Absolute difference below which it does not (gate.floor_s)."
+            ),
+            click.option("--alpha", type=Ascii(click.FLOAT), help="Mann-Whitney p threshold (gate.alpha)."),
+            click.option("--min-trials", type=Ascii(click.INT), help="Values needed on each side (gate.min_trials)."),
         )
     ):
         fn = option(fn)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bench.cli.common import SET_OPTION, cli, errors, interrupt, load_scenario
+from bench.cli.common import Ascii, SET_OPTION, cli, errors, interrupt, load_scenario
 from bench.scenario import catalogue
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
@@ -107,7 +107,7 @@ def validate(files: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("scenario", required=False)
-@click.option("--trials", type=click.IntRange(min=1), help="Trials per point (overrides measure.trials).")
+@click.option("--trials", type=Ascii(click.IntRange(min=1)), help="Trials per point (overrides measure.trials).")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -138,7 +138,7 @@ def validate(files: tuple[str, ...]) -> None:
 )
 @click.option(
     "--agents-wait-s",
-    type=click.FloatRange(min=1, max=86400),
+    type=Ascii(click.FloatRange(min=1, max=86400)),
     default=300.0,
     show_default=True,
     help="How long to wait for those agents to join.",
@@ -278,7 +278,7 @@ def _latest_run(out: Path, name: str, rundir: RunDir | None) -> Path:
 )
 @click.option(
     "--deadline-s",
-    type=click.FloatRange(min=1),
+    type=Ascii(click.FloatRange(min=1)),
     default=600.0,
     show_default=True,
     help="Give up after this long (with --serve: without word from the harness, before its first trial "

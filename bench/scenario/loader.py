@@ -259,9 +259,23 @@ def validate_gate(data: Any, *, file: str, prefix: str = "gate") -> GateSpec:
 
 
 def check_figure(name: str, *, file: str, key: str) -> None:
-    """A figure name (a column of trials.csv), or an error naming where it came from."""
-    if not figures.is_figure(name):
+    """A figure name (a column of trials.csv), or an error naming where it came from. A
+    phase must be one that some strategy has: a typo would otherwise gate nothing."""
+    if figures.is_phase(name):
+        phases = known_phases()
+        if figures.phase_name(name) not in phases:
+            raise ConfigError(
+                file, key, "a phase some strategy has: " + ", ".join(map(figures.phase_column, phases)), name
+            )
+    elif not figures.is_figure(name):
         raise ConfigError(file, key, f"a figure ({figures.known()})", name)
+
+
+def known_phases() -> list[str]:
+    """Every phase a recovery can have: detection, each registered strategy's own phases
+    (plugins' included), and the catch-up after them."""
+    own = sorted({phase for name in STRATEGIES.names() for phase, _ in STRATEGIES[name].phases})
+    return ["detect", *(p for p in own if p not in ("detect", "catchup")), "catchup"]
 
 
 def default_strategy() -> str:

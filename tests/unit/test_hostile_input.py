@@ -379,3 +379,31 @@ def test_list_survives_a_hostile_catalogue(tmp_path: Path, monkeypatch: pytest.M
     result = CliRunner().invoke(cli, ["list"])
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "a FIFO" in result.output and "UTF-8" in result.output
+
+
+def test_numbers_on_the_command_line_are_ascii(workdir: Path) -> None:
+    # Python's int() reads full-width digits; a number option must not (click's own
+    # usage error: exit status 2, the option named).
+    (workdir / "cli-ok.toml").write_text(GOOD)
+    for args in (["run", str(workdir / "cli-ok.toml"), "--trials", "３"], ["gate", str(workdir), "--factor", "１.５"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2 and "not a number in ASCII digits" in result.stderr, result.output
+        assert "Traceback" not in result.output
+
+
+GATE_ONLY = """
+name = "g"
+[workload]
+world_size = 2
+steps = 20
+"""
+
+
+@pytest.mark.parametrize("where", ["[gate]\nmetric = '{m}'", "[gate]\n[[gate.slo]]\nmetric = '{m}'\nmax = 1.0"])
+def test_a_gate_on_a_phase_no_strategy_has_is_refused(workdir: Path, where: str) -> None:
+    path = workdir / "gate.toml"
+    path.write_text(GATE_ONLY + where.format(m="phase_bogus_s"))
+    with pytest.raises(ConfigError, match=r"a phase some strategy has: phase_detect_s, .*phase_restore_s"):
+        load(path)
+    path.write_text(GATE_ONLY + where.format(m="phase_restore_s"))
+    load(path)
