@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from bench.procs.events import Event
 from bench.results.checkpoints import checkpoint_figures
+from bench.results.tokens import token_figures
 
 NAN = math.nan
 
@@ -56,6 +57,11 @@ class TrialFacts:
     """Parameter digests the ranks reported when they finished (one if replicas agree)."""
     final_l1: float = NAN
     """L1 norm of the final parameters (compared with the reference's)."""
+    tokens_skipped: float = NAN
+    tokens_repeated: float = NAN
+    tokens_per_s: float = NAN
+    """The data-position figures (:mod:`bench.results.tokens`), NaN unless the workload
+    reports its position."""
 
 
 @dataclass(slots=True)
@@ -144,6 +150,7 @@ def trial_facts(events: Sequence[Event], *, steps: int, warmup_steps: int) -> Tr
         final_digests=frozenset(str(e["digest"]) for e in ends),
         final_l1=float(ends[0]["l1"]) if ends and ends[0].get("l1") is not None else NAN,
         **checkpoint_figures(events),
+        **token_figures(events, warmup_steps=warmup_steps),
         steps_done=len(done),
         completed=steps in done and any(e["event"] == "train_end" for e in events),
         hung=any(e["event"] == "trial_end" and e.get("outcome") == "hung" for e in events),

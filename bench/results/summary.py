@@ -16,7 +16,15 @@ from bench.scenario.figures import figure, is_figure, is_phase, outcomes_text
 
 #: Trial-level figures summarised beside the per-fault ones (a checkpoint's cost is the
 #: other side of restart's steps_lost).
-SUMMARISED_TRIAL_FIGURES = ("checkpoint_s", "checkpoint_blocked_s", "checkpoint_background_s")
+SUMMARISED_TRIAL_FIGURES = (
+    "checkpoint_s",
+    "checkpoint_blocked_s",
+    "checkpoint_background_s",
+    # a stream-position mistake is the other side of loss_delta (workloads that report one)
+    "tokens_skipped",
+    "tokens_repeated",
+    "tokens_per_s",
+)
 
 
 def _is_stat(col: str) -> bool:
@@ -97,6 +105,8 @@ SIDE_BY_SIDE = (
     "loss_delta",
     "ttfs_s",
     "checkpoint_s",
+    "tokens_skipped",
+    "tokens_repeated",
 )
 
 

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["s", "steps", "ratio", "loss", "bytes", "ranks"]
+Unit = Literal["s", "steps", "ratio", "loss", "bytes", "ranks", "tokens", "tokens/s"]
 Better = Literal["lower", "higher", "neither"]
 
 
@@ -24,7 +24,8 @@ class Figure:
     name: str
     """Column of trials.csv."""
     unit: Unit
-    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss``, ``bytes`` or ``ranks``."""
+    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss``, ``bytes``, ``ranks``, ``tokens``
+    or ``tokens/s``."""
     better: Better
     """Which way is an improvement; ``neither`` for a signed deviation (``loss_delta``)."""
     meaning: str
@@ -155,6 +156,29 @@ FIGURES: tuple[Figure, ...] = (
         per="trial",
         meaning="median per save of the time an asynchronous save ran on after the loop went on (empty for "
         "synchronous designs)",
+    ),
+    Figure(
+        name="tokens_skipped",
+        unit="tokens",
+        better="lower",
+        per="trial",
+        meaning="tokens of the data stream the trained run never read (batches below the furthest one read that no "
+        "surviving step read; workloads that report their data position)",
+    ),
+    Figure(
+        name="tokens_repeated",
+        unit="tokens",
+        better="lower",
+        per="trial",
+        meaning="tokens the trained run read twice (a batch read by two surviving steps; replayed steps supersede "
+        "the lost ones)",
+    ),
+    Figure(
+        name="tokens_per_s",
+        unit="tokens/s",
+        better="higher",
+        per="trial",
+        meaning="tokens of one global batch / the median fault-free step time (workloads that report tokens)",
     ),
 )
 

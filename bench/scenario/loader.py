@@ -39,7 +39,7 @@ from bench.scenario.registry import Registry
 from bench.scenario.requirements import parse as parse_requirements
 from bench.scenario.requirements import torch_of
 from bench.scenario.strategy import STRATEGIES
-from bench.scenario.workload import WORKLOADS
+from bench.scenario.workload import WORKLOADS, WorkloadPlugin
 
 TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch", "sweep", "gate")
 
@@ -319,6 +319,9 @@ def _cross_check(s: Scenario, file: str) -> None:
             where=f"faults.{i}",
         )
     _check_strategy(s, file)
+    declared = WORKLOADS[w.kind]
+    if isinstance(declared, WorkloadPlugin) and declared.check is not None:
+        declared.check(s, file)
     try:
         parse_requirements(s.launch.env)
     except ValueError as err:
