@@ -136,3 +136,32 @@ def test_no_saves_no_figures() -> None:
 def test_the_new_figures_are_in_the_table_per_trial() -> None:
     for name in ("checkpoint_blocked_s", "checkpoint_background_s", "checkpoint_bytes", "checkpoint_s"):
         assert BY_NAME[name].per == "trial"
+
+
+def test_the_report_tables_the_designs_only_for_runs_that_saved(tmp_path: Path) -> None:
+    from bench.report import checkpoints
+    from bench.report.blocks import Report
+    from bench.report.series import build_series
+    from bench.results.reader import load as load_run
+    from tests.unit.runfactory import trial, write_run
+
+    saves = {"checkpoint_blocked_s": 0.02, "checkpoint_background_s": 0.5, "checkpoint_bytes": 26e6}
+    run = write_run(
+        tmp_path,
+        "designs",
+        {"strategy=restart": [trial(0.01, 9.0, restore_s=0.2, **saves)], "strategy=failstop": [trial(0.01)]},
+        config={"recovery": {"strategy": "restart", "params": {"checkpoint": "dcp-async"}}},
+    )
+    df = checkpoints.table(build_series([load_run(run)]))
+    assert list(df["point"]) == ["strategy=restart", "strategy=failstop"]
+    row = df.iloc[0]
+    assert row["design"] == "dcp-async"
+    assert row["blocked per save"] == "20 ms (n=1)" and row["background per save"] == "500 ms (n=1)"
+    assert row["bytes per save"] == "26 MB (n=1)" and row["restore"] == "200 ms (n=1)"
+    rep = Report()
+    checkpoints.section(rep, build_series([load_run(run)]))
+    assert [b.text for b in rep.blocks if b.kind == "h2"] == ["Checkpoint designs"]
+    plain = write_run(tmp_path / "plain", "kill", {"strategy=failstop": [trial(0.01)]})
+    empty = Report()
+    checkpoints.section(empty, build_series([load_run(plain)]))
+    assert empty.blocks == []

@@ -1,0 +1,71 @@
+"""Checkpoint designs for real: restart with torch.distributed.checkpoint, synchronous and
+asynchronous, recovers a SIGKILL from the last finished save and learns what the
+fault-free reference learns; NVRx's asynchronous writer, which needs CUDA, is skipped
+with the reason where the ranks run on gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.procs.events import read_events
+from bench.rank.checkpoint import unavailable
+from tests.integ.conftest import rows
+
+pytestmark = pytest.mark.integ
+
+SCENARIO = """
+name = "designs"
+[workload]
+kind = "ddp"
+backend = "gloo"
+world_size = 4
+steps = 60
+pg_timeout_s = 10
+[[faults]]
+kind = "kill"
+target = { ranks = [2] }
+trigger = { at_step = 35 }
+[recovery]
+strategy = "restart"
+[recovery.restart]
+checkpoint_every = 10
+checkpoint = "DESIGN"
+[measure]
+trials = 1
+deadline_s = 90
+reference = true
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("design", ["dcp", "dcp-async"])
+def test_restart_recovers_from_the_last_finished_save(run_scenario, design: str) -> None:
+    report = run_scenario(SCENARIO.replace("DESIGN", design))
+    (r,) = rows(report)
+    assert r["outcome"] == "recovered", r
+    assert abs(r["loss_delta"]) < 1e-4, "a restored world learns what the fault-free reference learns"
+    assert r["restore_s"] > 0 and r["restore_bytes"] > 0
+    events = read_events(next((report.rundir.path / "events").glob("*/0")))
+    inject = next(e["t"] for e in events if e["event"] == "inject")
+    finished = {
+        e["step"]
+        for e in events
+        if e["event"] == ("checkpoint_done" if design == "dcp-async" else "checkpoint") and e["t"] < inject
+    }
+    restored = {e["step"] for e in events if e["event"] == "restore_end"}
+    assert restored == {max(finished)}, "every restarted rank loads the last save finished before the kill"
+    assert r["checkpoint_blocked_s"] > 0 and r["checkpoint_bytes"] > 0
+    if design == "dcp-async":
+        assert r["checkpoint_background_s"] > 0
+    else:
+        assert r["checkpoint_background_s"] is None
+
+
+def test_nvrx_async_is_skipped_on_gloo_with_the_reason(run_scenario) -> None:
+    text = SCENARIO.replace("DESIGN", "nvrx-async").replace('backend = "gloo"', 'backend = "auto"')
+    why = unavailable("nvrx-async", "auto", 4)
+    if why is None:
+        pytest.skip("this machine has a GPU per rank: nvrx-async runs here")
+    report = run_scenario(text)
+    assert rows(report) == []
+    assert "torch.cuda.synchronize" in next(iter(report.skipped.values()))
