@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bench.cli.common import Ascii, SET_OPTION, cli, errors, interrupt, load_scenario
+from bench.cli.common import SET_OPTION, Ascii, cli, errors, interrupt, load_scenario
 from bench.scenario import catalogue
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
@@ -160,7 +160,7 @@ def run(
     """Run every point of SCENARIO and print its figures."""
     from bench.procs.launcher import LaunchError
     from bench.results.summary import format_point, format_side_by_side
-    from bench.results.writer import RunDir
+    from bench.results.writer import ResultsError, RunDir
     from bench.run.runner import resume_scenario
     from bench.run.runner import run as run_scenario
 
@@ -187,7 +187,7 @@ def run(
         report = run_scenario(
             sc, out=out, trials=trials, resume=rundir, argv=sys.argv, only=set(only) or None, cluster=cluster
         )
-    except LaunchError as err:  # the cluster's agents never came, or its address cannot be served
+    except (LaunchError, ResultsError) as err:  # no agents came; the results cannot be written
         click.echo(f"ftbench: error: {err}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:

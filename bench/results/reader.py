@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from bench.results.summary import frame
-from bench.results.writer import read_rows
+from bench.results.writer import holder, read_rows
 from bench.scenario.config import ConfigError
 from bench.scenario.figures import FAULT_FIGURES, is_phase, phase_column
 from bench.scenario.loader import validate_gate
@@ -189,6 +189,9 @@ def load(path: str | Path) -> Run:
     except json.JSONDecodeError as err:
         raise ConfigError(str(p / "run.json"), "", "valid JSON", str(err)) from None
     rows, order, notes = _rows(p)
+    live = holder(p)
+    if live is not None:
+        notes.append(f"{p}: still being written (pid {live.get('pid')}): only the trials finished so far are read")
     trials = frame(rows)
     if not trials.empty:
         for col in ("point_hash", "label", "outcome"):

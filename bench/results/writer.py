@@ -8,17 +8,22 @@
 - ``steps.csv``: one row per rank per step of every trial (timelines, loss curves).
 - ``events/<point>/<trial>/*.jsonl``: the raw event logs every figure comes from.
 - ``run.json``: what ran, on what, and each point's statistics.
+- ``.lock``: held (``flock``) by the harness writing the run, with its pid and command:
+  a second harness writing into the same directory is refused, and a reader knows the
+  run is still in progress. The kernel drops the lock when its holder dies, however.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import json
 import math
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +89,57 @@ STEP_COLUMNS = (
 )
 
 
+LOCK = ".lock"
+HOLDER_ENV = "FTBENCH_RUN_HOLDER"
+"""Set by a harness for the child harness it starts on the same run (a point in another
+environment): the pid of the lock's holder, which the child may write under."""
+#: Write errors that no retry will fix: the run ends, its finished trials intact.
+FATAL_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
+
+
+MIN_FREE = 1 << 20
+"""Free bytes below which a finished trial is taken to have hit a full disk."""
+
+
+class ResultsError(RuntimeError):
+    """The results directory cannot be written (full, read-only) or is another harness's."""
+
+
+def write_failure(err: OSError, path: Path) -> ResultsError | None:
+    """A one-line ResultsError for a write error no retry fixes, else None."""
+    if err.errno not in FATAL_WRITE:
+        return None
+    where = err.filename or path
+    return ResultsError(
+        f"cannot write {where}: {os.strerror(err.errno or 0)} ({errno.errorcode.get(err.errno or 0, '?')}); "
+        f"every finished trial is intact in {path}: make room, then `ftbench run --resume {path}`"
+    )
+
+
+def holder(path: Path) -> dict[str, Any] | None:
+    """Who holds the run's lock (pid, command), or None when no live harness does."""
+    try:
+        fd = os.open(path / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                found = json.loads(os.pread(fd, 1 << 16, 0) or b"{}")
+            except json.JSONDecodeError:
+                found = {}
+            return found if isinstance(found, dict) else {}
+        return None
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class RunDir:
     path: Path
+    _lock_fd: int = field(default=-1, repr=False, compare=False)
 
     @classmethod
     def create(cls, out: str | Path, scenario_name: str, commit: str) -> RunDir:
@@ -101,8 +154,47 @@ class RunDir:
         while path.exists():
             suffix += 1
             path = base / f"{stamp}_{commit}-{suffix}"
-        path.mkdir(parents=True)
+        try:
+            path.mkdir(parents=True)
+        except OSError as err:
+            raise write_failure(err, path) or err from None
         return cls(path)
+
+    def lock(self, command: Sequence[str]) -> None:
+        """Hold the run for this harness, or refuse with the holder's pid and command.
+        A child harness its holder started (:data:`HOLDER_ENV`) writes under the holder's."""
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise write_failure(err, self.path) or err from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            found = holder(self.path) or {}
+            pid = found.get("pid")
+            if pid is not None and str(pid) == os.environ.get(HOLDER_ENV) and pid == os.getppid():
+                return
+            raise ResultsError(
+                f"{self.path} is being written by another harness (pid {pid}: {' '.join(found.get('command', []))}); "
+                "wait for it to end or stop it, then resume"
+            ) from None
+        record = json.dumps({"pid": os.getpid(), "command": list(command)}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+        self._lock_fd = fd
+
+    def check_room(self) -> None:
+        """ENOSPC when the file system has less than :data:`MIN_FREE` left: a rank that
+        ran out of room mid-trial lost events, so that trial is not recorded whole."""
+        st = os.statvfs(self.path)
+        if st.f_bavail * st.f_frsize < MIN_FREE:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+
+    def unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # the flock goes with the last descriptor
+            self._lock_fd = -1
 
     @property
     def trials_jsonl(self) -> Path:
@@ -175,8 +267,15 @@ class RunDir:
         payload = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
         fd = os.open(self.trials_jsonl, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, payload)
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, payload)
+                if written != len(payload):  # a full file system takes what fits
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.trials_jsonl))
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)  # the trial's rows whole, or none of them
+                raise
         finally:
             os.close(fd)
         self.write_csv()

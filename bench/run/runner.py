@@ -25,7 +25,7 @@ from bench.procs import machine, venvs
 from bench.procs.launcher import ProcessHost
 from bench.results.facts import TrialFacts
 from bench.results.summary import point_stats
-from bench.results.writer import RunDir
+from bench.results.writer import HOLDER_ENV, RunDir, write_failure
 from bench.run.preflight import exposure, stage_overhead
 from bench.run.trial import TrialResult, run_trial, unavailable
 from bench.scenario.config import ConfigError, to_dict
@@ -73,8 +73,30 @@ def run(
     agents the cluster started, which the run waits for, uses and then dismisses."""
     if trials is not None:
         scenario = replace(scenario, measure=replace(scenario.measure, trials=trials))
-    pts = points(scenario)
     rundir = resume or RunDir.create(out, scenario.name, machine.commit())
+    rundir.lock(argv or sys.argv)
+    try:
+        return _run(scenario, rundir, resume, progress, argv, host, only, cluster)
+    except OSError as err:
+        failure = write_failure(err, rundir.path)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        rundir.unlock()
+
+
+def _run(
+    scenario: Scenario,
+    rundir: RunDir,
+    resume: RunDir | None,
+    progress: Progress,
+    argv: list[str] | None,
+    host: ProcessHost | None,
+    only: set[str] | None,
+    cluster: Cluster | None,
+) -> RunReport:
+    pts = points(scenario)
     info = rundir.read_run_json() or _initial_info(scenario, pts, argv)
     if resume is not None:
         for note in rundir.repair():  # a run cut short: only whole trials count
@@ -87,6 +109,7 @@ def run(
     session = Session(rundir=rundir, info=info, done=rundir.finished(), progress=progress, trials=n, total=len(pts) * n)
     session.cluster = cluster
     status = "interrupted"
+    error: BaseException | None = None
     try:
         if cluster is not None:
             w = [p.scenario for p in pts]
@@ -103,12 +126,20 @@ def run(
                 for point in pts:
                     session.run_point(point)
         status = "complete" if only is None else "running"  # a child harness: the parent ends the run
-    finally:
-        if cluster is not None:
-            cluster.close()
-        stats = point_stats(rundir.rows())
-        info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped)
+    except BaseException as err:  # re-raised below, once run.json says how far the run got
+        error = err
+    if cluster is not None:
+        cluster.close()
+    stats = point_stats(rundir.rows())
+    info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped)
+    try:
         rundir.write_run_json(info)
+    except OSError:
+        if error is None:
+            raise
+        # The disk that failed the run fails this too: trials.jsonl is the record.
+    if error is not None:
+        raise error
     return RunReport(rundir=rundir, status=status, stats=stats, skipped=session.skipped)
 
 
@@ -177,6 +208,8 @@ class Session:
                 context(point, trial, self.host, self.rundir, backend, fault_free=False, cluster=self.cluster),
                 reference=reference,
             )
+            if result.outcome != "interrupted":
+                self.rundir.check_room()  # events of a trial that filled the disk are not whole
             record(self.rundir, point, trial, backend, result, reference=False)
             self.progress(_progress_line(self.counter, self.total, point, trial, self.trials, result))
             if result.outcome == "interrupted":
@@ -216,7 +249,7 @@ class Session:
         ]
         # FTBENCH_HARNESS_PATH: the environment's .pth appends ftbench and the harness's
         # packages after its own; the child's processes (ranks, agents) inherit it.
-        environ = venvs.child_environ() | {ENV_SPEC: env.spec}
+        environ = venvs.child_environ() | {ENV_SPEC: env.spec, HOLDER_ENV: str(os.getpid())}
         code = subprocess.run(argv, env=environ, check=False).returncode
         child = self.rundir.read_run_json()
         for key in ("strategy_versions", "exposure", "skipped"):
@@ -269,6 +302,8 @@ def _reference(
         w = point.scenario.workload
         return trial_facts(read_events(ctx.events_dir), steps=w.steps, warmup_steps=w.warmup_steps)
     result = run_trial(ctx)
+    if result.outcome != "interrupted":
+        rundir.check_room()
     record(rundir, point, 0, backend, result, reference=True)
     progress(
         f"  reference {point.label}: {result.faults[0].outcome}, median step "
