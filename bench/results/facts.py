@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from bench.procs.events import Event
 from bench.results.checkpoints import checkpoint_figures
+from bench.results.resources import resource_figures
 from bench.results.tokens import token_figures
 
 NAN = math.nan
@@ -57,6 +58,13 @@ class TrialFacts:
     """Parameter digests the ranks reported when they finished (one if replicas agree)."""
     final_l1: float = NAN
     """L1 norm of the final parameters (compared with the reference's)."""
+    rss_rank_peak_bytes: float = NAN
+    rss_job_peak_bytes: float = NAN
+    cuda_rank_peak_bytes: float = NAN
+    wire_bytes_per_step: float = NAN
+    job_procs: float = NAN
+    job_threads: float = NAN
+    """The resource figures (:mod:`bench.results.resources`), NaN unless sampled."""
     tokens_skipped: float = NAN
     tokens_repeated: float = NAN
     tokens_per_s: float = NAN
@@ -147,6 +155,7 @@ def trial_facts(events: Sequence[Event], *, steps: int, warmup_steps: int) -> Tr
     last_gen = max((int(e.get("gen", 0)) for e in ends), default=0)
     ends = [e for e in ends if int(e.get("gen", 0)) == last_gen]
     return TrialFacts(
+        **resource_figures(events, warmup_steps=warmup_steps),
         final_digests=frozenset(str(e["digest"]) for e in ends),
         final_l1=float(ends[0]["l1"]) if ends and ends[0].get("l1") is not None else NAN,
         **checkpoint_figures(events),

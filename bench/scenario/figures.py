@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["s", "steps", "ratio", "loss", "bytes", "ranks", "tokens", "tokens/s"]
+Unit = Literal["s", "steps", "ratio", "loss", "bytes", "ranks", "count", "tokens", "tokens/s"]
 Better = Literal["lower", "higher", "neither"]
 
 
@@ -24,8 +24,8 @@ class Figure:
     name: str
     """Column of trials.csv."""
     unit: Unit
-    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss``, ``bytes``, ``ranks``, ``tokens``
-    or ``tokens/s``."""
+    """``s`` (seconds of CLOCK_MONOTONIC), ``steps``, ``ratio``, ``loss``, ``bytes``, ``ranks``, ``count``,
+    ``tokens`` or ``tokens/s``."""
     better: Better
     """Which way is an improvement; ``neither`` for a signed deviation (``loss_delta``)."""
     meaning: str
@@ -156,6 +156,50 @@ FIGURES: tuple[Figure, ...] = (
         per="trial",
         meaning="median per save of the time an asynchronous save ran on after the loop went on (empty for "
         "synchronous designs)",
+    ),
+    Figure(
+        name="rss_rank_peak_bytes",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="largest peak resident memory (VmHWM) of a training rank (needs measure.resources)",
+    ),
+    Figure(
+        name="rss_job_peak_bytes",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="largest resident memory of the whole job at one sample: ranks, the stack's helper processes, the "
+        "store (needs measure.resources; sampled every 0.1 s)",
+    ),
+    Figure(
+        name="cuda_rank_peak_bytes",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="largest torch.cuda.max_memory_allocated of a rank (ranks on GPUs only)",
+    ),
+    Figure(
+        name="wire_bytes_per_step",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="bytes the job's hosts sent per fault-free step, headers included, counted at each host's interface "
+        "(needs measure.resources and network namespaces)",
+    ),
+    Figure(
+        name="job_procs",
+        unit="count",
+        better="lower",
+        per="trial",
+        meaning="most processes of the job alive at once: ranks plus the stack's helpers (needs measure.resources)",
+    ),
+    Figure(
+        name="job_threads",
+        unit="count",
+        better="lower",
+        per="trial",
+        meaning="most threads in those processes at once (needs measure.resources)",
     ),
     Figure(
         name="tokens_skipped",
