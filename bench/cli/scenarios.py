@@ -16,7 +16,7 @@ from bench.cli.common import SET_OPTION, Ascii, cli, errors, interrupt, load_sce
 from bench.scenario import catalogue
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
-from bench.scenario.loader import load, points, torch_gap
+from bench.scenario.loader import load, points, stack_gap
 from bench.scenario.registry import Registry
 from bench.scenario.strategy import STRATEGIES
 from bench.scenario.workload import WORKLOADS
@@ -94,7 +94,7 @@ def validate(files: tuple[str, ...]) -> None:
         try:
             sc = load(catalogue.resolve(name))
             pts = points(sc)
-            gaps = {p.label: why for p in pts if (why := torch_gap(p.scenario))}
+            gaps = {p.label: why for p in pts if (why := stack_gap(p.scenario))}
             click.echo(f"ok    {one_line(sc.source)}: {sc.name}, {len(pts)} point(s)")
             for label, why in gaps.items():
                 click.echo(f"      skipped here: {label}: {why}")

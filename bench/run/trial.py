@@ -242,14 +242,25 @@ def unavailable(scenario: Scenario, *, cluster: bool = False) -> str | None:
 
 
 def _torch_unavailable(scenario: Scenario) -> str | None:
-    """Why the torch this harness runs cannot serve the point's strategy
-    (``Strategy.torch``), or None: asked of the running torch, whatever launch.env said."""
+    """Why the stack this harness runs cannot serve the point's strategy, or None: its
+    torch (``Strategy.torch``) or a package outside ``Package.supported``, asked of the
+    running environment, whatever launch.env said."""
+    import importlib.metadata
+
     import torch
 
     strategy = STRATEGIES[scenario.recovery.strategy]
-    if strategy.serves_torch(torch.__version__):
-        return None
-    return f"{strategy.name} needs torch {strategy.torch}; this environment has torch {torch.__version__}"
+    if not strategy.serves_torch(torch.__version__):
+        return f"{strategy.name} needs torch {strategy.torch}; this environment has torch {torch.__version__}"
+    for package in strategy.packages:
+        for dist in package.dists:
+            try:
+                why = package.gap(importlib.metadata.version(dist))
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            if why:
+                return f"{strategy.name}: {why} (installed in this environment)"
+    return None
 
 
 def _agents_unavailable(scenario: Scenario, *, cluster: bool) -> str | None:

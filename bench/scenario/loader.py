@@ -37,7 +37,7 @@ from bench.scenario.model import (
 from bench.scenario.overrides import apply_override, canonical, check_sweep, flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
 from bench.scenario.requirements import parse as parse_requirements
-from bench.scenario.requirements import torch_of
+from bench.scenario.requirements import torch_of, version_of
 from bench.scenario.strategy import STRATEGIES
 from bench.scenario.workload import WORKLOADS, WorkloadPlugin
 
@@ -71,26 +71,32 @@ def parse(source: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str
     check_sweep(sweep, file)
     scenario = _validate(raw, file)
     scenario = replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
-    gaps = [(p.scenario.recovery.strategy, torch_gap(p.scenario)) for p in _expand(scenario)]
+    gaps = [(p.scenario.recovery.strategy, stack_gap(p.scenario)) for p in _expand(scenario)]
     if all(why for _, why in gaps):
         name, why = gaps[0]
-        raise ConfigError(file, "recovery.strategy", f"a strategy the torch of some point serves ({why})", name)
+        raise ConfigError(file, "recovery.strategy", f"a strategy the stack of some point serves ({why})", name)
     return scenario
 
 
-def torch_gap(s: Scenario) -> str | None:
-    """Why the torch a point runs cannot serve its strategy (``Strategy.torch``), or
-    None, also where that torch is not known before its environment is built (the
-    runner then asks the running torch itself)."""
+def stack_gap(s: Scenario) -> str | None:
+    """Why the stack a point runs cannot serve its strategy, or None: its torch
+    (``Strategy.torch``) or one of its packages (``Package.supported``) at a version
+    ftbench cannot drive. Also None where the version is not known before the point's
+    environment is built (the runner then asks the running environment itself)."""
     strategy = STRATEGIES[s.recovery.strategy]
     found = torch_of(s.launch.env)
-    if found is None or strategy.serves_torch(found[0]):
-        return None
-    version, where = found
-    return (
-        f"{strategy.name} needs torch {strategy.torch}; this point runs torch {version} ({where}): "
-        "try --env torch==2.15.0"
-    )
+    if found is not None and not strategy.serves_torch(found[0]):
+        version, where = found
+        return (
+            f"{strategy.name} needs torch {strategy.torch}; this point runs torch {version} ({where}): "
+            "try --env torch==2.15.0"
+        )
+    for package in strategy.packages:
+        found = version_of(s.launch.env, package.dists)
+        why = package.gap(found[0]) if found else None
+        if why and found:
+            return f"{strategy.name}: {why} ({found[1]})"
+    return None
 
 
 def points(scenario: Scenario) -> list[Point]:

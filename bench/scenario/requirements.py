@@ -25,17 +25,28 @@ def parse(spec: str) -> list[str]:
 
 
 def torch_of(spec: str) -> tuple[str, str] | None:
-    """The torch a point of ``launch.env = spec`` runs and where that was read: the
-    version the spec pins (``torch==X``), else the harness's own; None where it is not
-    known before the environment is built (a range) or torch is not installed."""
-    from packaging.requirements import Requirement
+    """The torch a point of ``launch.env = spec`` runs and where that was read (see
+    :func:`version_of`)."""
+    return version_of(spec, ("torch",))
 
+
+def version_of(spec: str, dists: tuple[str, ...]) -> tuple[str, str] | None:
+    """The version of a distribution (any of ``dists``) a point of ``launch.env = spec``
+    runs and where that was read: the version the spec pins (``NAME==X``), else the
+    harness's own; None where it is not known before the environment is built (a range)
+    or it is not installed."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    names = {canonicalize_name(d) for d in dists}
     for text in parse(spec):
         req = Requirement(text)
-        if req.name.lower() == "torch":
+        if canonicalize_name(req.name) in names:
             pins = [s.version for s in req.specifier if s.operator == "=="]
             return (pins[0], "pinned by launch.env") if len(req.specifier) == 1 and pins else None
-    try:
-        return importlib.metadata.version("torch"), "installed here"
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist), "installed here"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

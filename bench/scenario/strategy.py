@@ -28,6 +28,26 @@ class Package:
     """Its import name: the version is read from the distribution that ``import`` loads."""
     dists: tuple[str, ...]
     """The distributions that may provide it (``torchft``, ``torchft-nightly``)."""
+    supported: str = ""
+    """The versions ftbench can drive, as a specifier (``<0.5``); empty: any. A point
+    whose version (pinned by ``launch.env``, else installed) is outside is skipped with
+    :attr:`unsupported_why`, and a scenario none of whose points can run is refused."""
+    unsupported_why: str = ""
+    """What breaks outside :attr:`supported` (one line, for that reason)."""
+
+    def gap(self, version: str) -> str | None:
+        """Why ``version`` cannot be driven, or None."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            if not self.supported or SpecifierSet(self.supported).contains(Version(version), prereleases=True):
+                return None
+        except InvalidVersion:
+            return None
+        return f"{self.dists[0]} {version} is outside {self.supported}" + (
+            f": {self.unsupported_why}" if self.unsupported_why else ""
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from bench.cli import cli
 from bench.scenario.config import ConfigError
-from bench.scenario.loader import load, points, torch_gap
+from bench.scenario.loader import load, points, stack_gap
 from bench.scenario.requirements import torch_of
 
 HARNESS_TORCH = importlib.metadata.version("torch")
@@ -44,7 +44,7 @@ def test_the_torch_of_a_point() -> None:
 
 def test_a_point_on_an_old_torch_is_skipped_with_the_reason(write_scenario) -> None:
     sc = load(write_scenario(SCENARIO.format(envs='["torch==2.13.0", "torch==2.15.0"]')))
-    old, new = (torch_gap(p.scenario) for p in points(sc))
+    old, new = (stack_gap(p.scenario) for p in points(sc))
     assert old == (
         "torch-reconfigure needs torch >=2.14; this point runs torch 2.13.0 (pinned by launch.env): "
         "try --env torch==2.15.0"
@@ -56,7 +56,7 @@ def test_a_point_on_an_old_torch_is_skipped_with_the_reason(write_scenario) -> N
 
 def test_a_scenario_no_point_of_which_can_run_is_refused(write_scenario) -> None:
     path = write_scenario(SCENARIO.format(envs='["torch==2.13.0", "torch==2.12.1"]'))
-    with pytest.raises(ConfigError, match=r"recovery.strategy: expected a strategy the torch of some point serves"):
+    with pytest.raises(ConfigError, match=r"recovery.strategy: expected a strategy the stack of some point serves"):
         load(path)
     out = CliRunner().invoke(cli, ["validate", str(path)])
     assert out.exit_code == 2 and "needs torch >=2.14; this point runs torch 2.13.0" in out.output
@@ -68,3 +68,29 @@ def test_the_harness_torch_is_named_when_nothing_pins_one(write_scenario) -> Non
     out = CliRunner().invoke(cli, ["run", str(path), "--trials", "1", "--out", str(path.parent)])
     assert out.exit_code == 2
     assert f"this point runs torch {HARNESS_TORCH} (installed here)" in out.output
+
+
+NVRX_LAUNCHER = """
+name = "nvrx-pin"
+[workload]
+kind = "ddp"
+world_size = 2
+steps = 20
+[recovery]
+strategy = "nvrx-launcher"
+[sweep]
+"launch.env" = {envs}
+"""
+
+
+def test_an_nvrx_release_the_launcher_cannot_drive_is_skipped_or_refused(write_scenario) -> None:
+    # NVRx 0.5 removed fault_tolerance._torch_elastic_compat; 0.4.1 still has it.
+    sc = load(
+        write_scenario(NVRX_LAUNCHER.format(envs='["nvidia-resiliency-ext==0.5.0", "nvidia-resiliency-ext==0.4.1"]'))
+    )
+    new, old = (stack_gap(p.scenario) for p in points(sc))
+    assert new is not None and "nvidia-resiliency-ext 0.5.0 is outside <0.5" in new and "_torch_elastic_compat" in new
+    assert old is None
+    path = write_scenario(NVRX_LAUNCHER.format(envs='["nvidia-resiliency-ext==0.6.0"]'))
+    with pytest.raises(ConfigError, match=r"expected a strategy the stack of some point serves .*0\.6\.0 is outside"):
+        load(path)

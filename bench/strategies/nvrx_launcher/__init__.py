@@ -14,7 +14,7 @@ the client (``policy.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from bench.jobs.nvrx import NVRX
@@ -84,6 +84,15 @@ def check(scenario: Scenario, file: str) -> None:
     )
 
 
+LAUNCHER_NVRX = replace(
+    NVRX,
+    supported="<0.5",
+    unsupported_why="its ft_launcher no longer has fault_tolerance._torch_elastic_compat, which this strategy's "
+    "launcher uses",
+)
+"""NVRx as this strategy drives it: releases from 0.5 removed what its agent imports."""
+
+
 STRATEGIES.register(
     Strategy(
         name="nvrx-launcher",
@@ -100,7 +109,7 @@ STRATEGIES.register(
             "ft_launcher's c10d rendezvous store",
             "the store rank 0 hosts for the workers' process group (env://)",
         ),
-        packages=(NVRX,),
+        packages=(LAUNCHER_NVRX,),
         check=check,
         phases=(
             ("agent", "detect@agent"),  # the agent's monitor sees the failed (or killed) worker
