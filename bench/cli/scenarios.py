@@ -216,14 +216,57 @@ def run(
 
 
 @cli.command()
-def cleanup() -> None:
-    """Remove what killed runs left: processes, network namespaces, firewall rules."""
+@click.option("--envs", is_flag=True, help="List the cached environments (launch.env), their size and last use.")
+@click.option(
+    "--remove-env",
+    "remove_envs",
+    multiple=True,
+    metavar="SPEC|PATH|all",
+    help="Remove a cached environment by its spec or path, or all of them (repeatable).",
+)
+@errors
+def cleanup(envs: bool, remove_envs: tuple[str, ...]) -> None:
+    """Remove what killed runs left: processes, network namespaces, firewall rules; with
+    --envs / --remove-env, list or remove cached environments instead."""
+    if envs or remove_envs:
+        _environments(remove_envs)
+        return
     from bench.procs.leftovers import cleanup as clean
 
     removed = clean()
     for line in removed:
         click.echo(f"removed {line}")
     click.echo(f"cleanup: {len(removed)} item(s) removed" if removed else "cleanup: nothing left behind")
+
+
+def _environments(remove: tuple[str, ...]) -> None:
+    """``cleanup --envs``: list the cache; ``--remove-env``: remove what is named."""
+    from bench.procs import envcache
+    from bench.procs.venvs import cache_dir
+    from bench.scenario.requirements import parse
+
+    found = envcache.listing()
+    if remove:
+        wanted = set(remove)
+        normal = {" ".join(parse(w)) for w in wanted if w != "all" and os.sep not in w}
+        chosen = [e for e in found if "all" in wanted or e.spec in normal or str(e.path) in wanted]
+        if not chosen:
+            raise ConfigError("--remove-env", "", "a cached environment's spec or path, or all", ", ".join(remove))
+        for env in chosen:
+            try:
+                envcache.remove(env)
+            except RuntimeError as err:
+                click.echo(f"kept {env.path}: {err}", err=True)
+                continue
+            click.echo(f"removed {env.spec or env.path} ({env.size_bytes / 1e9:.2f} GB)")
+        return
+    if not found:
+        click.echo(f"no cached environments under {cache_dir()}")
+        return
+    for env in found:
+        click.echo(envcache.describe(env))
+    total = sum(e.size_bytes for e in found)
+    click.echo(f"{len(found)} environment(s), {total / 1e9:.2f} GB under {cache_dir()}")
 
 
 def _cluster(agents_at: str | None, wait_s: float, env_specs: tuple[str, ...]) -> Cluster | None:

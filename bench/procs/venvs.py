@@ -53,6 +53,8 @@ from bench.procs.pipinstall import configured_constraints, pip_install, stream
 from bench.scenario.requirements import parse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+USED_STAMP = "ftbench-used"
+"""In an environment: touched whenever a run uses it (its mtime is the last use)."""
 PROBE = "import json; from bench.procs.machine import stack_versions; print(json.dumps(stack_versions()))"
 """Run by an environment's interpreter (ftbench is on its path through the .pth file)."""
 HARNESS_PATH = "FTBENCH_HARNESS_PATH"
@@ -167,6 +169,8 @@ def prepare(spec: str, *, progress: Callable[[str], None] = lambda _line: None) 
     if found is not None:
         if reqs and found.python == sys.executable:
             progress(f"  environment {normal!r}: the harness's own environment has it")
+        else:
+            _used(Path(found.python).parents[1])
         return found
     root = _private(cache_dir())
     path = root / key(normal)
@@ -194,6 +198,7 @@ def prepare(spec: str, *, progress: Callable[[str], None] = lambda _line: None) 
         tmp.replace(path / "ftbench-env.json")
         progress(f"  environment {normal!r}: built in {info['build_s']:.0f} s: {info['versions']}")
     found = _ready(path, normal)
+    _used(path)
     if found is None:
         raise EnvBuildError(f"the environment {normal!r} at {path} was built but its interpreter does not run")
     return found
@@ -303,6 +308,12 @@ def _run(argv: list[str], what: str) -> None:
         raise EnvBuildError(f"could not {what}: no answer within {BUILD_TIMEOUT_S:.0f} s") from err
     if done.returncode != 0:
         raise EnvBuildError(f"could not {what}: {(done.stderr or done.stdout).strip()[-500:]}")
+
+
+def _used(path: Path) -> None:
+    """Stamp an environment's last use (``ftbench cleanup --envs`` shows it)."""
+    with contextlib.suppress(OSError):
+        (path / USED_STAMP).touch()
 
 
 def _private(path: Path) -> Path:
