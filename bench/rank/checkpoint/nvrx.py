@@ -149,8 +149,12 @@ class NVRxAsync(TorchSave):
 
     def finish(self) -> None:
         self.wait(blocking=True)
-        if self.writer is not None:
-            self.writer.finalize_async_save(blocking=True, no_dist=True, terminate=True)
+        caller = self.writer._async_calls_queue.persistent_caller if self.writer is not None else None
+        if caller is not None and caller.process is not None:
+            # NVRx's close(), with a bound on the join: its worker leaves on "DONE".
+            caller.queue.put("DONE")
+            caller.process.join(timeout=self.deadline_s)
+            caller.process = None
 
     def wait(self, *, blocking: bool) -> None:
         """NVRx's non-blocking finalize, polled (its blocking one waits without a bound)."""
