@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from typing import Any
 
 import torch
@@ -94,7 +95,9 @@ class TransformerWorkload(Workload):
         kind = self.device.type
         world = dist.get_world_size()
         if self.params.parallelism == "hsdp":
-            r = self.params.replicas
+            # A world that came back smaller (a restart into fewer ranks) keeps as many
+            # replica groups as still divide it; the checkpoint is resharded to that mesh.
+            r = math.gcd(self.params.replicas, world)
             mesh = init_device_mesh(kind, (r, world // r), mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh(kind, (world,), mesh_dim_names=("shard",))
