@@ -324,10 +324,10 @@ def _cross_check(s: Scenario, file: str) -> None:
             file=file,
             where=f"faults.{i}",
         )
-    _check_strategy(s, file)
     declared = WORKLOADS[w.kind]
     if isinstance(declared, WorkloadPlugin) and declared.check is not None:
-        declared.check(s, file)
+        declared.check(s, file)  # first: its reason is more precise than a strategy's list of kinds
+    _check_strategy(s, file)
     try:
         parse_requirements(s.launch.env)
     except ValueError as err:

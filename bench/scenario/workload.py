@@ -22,7 +22,7 @@ class WorkloadPlugin(Plugin):
     """A workload's declaration."""
 
     check: Callable[[Scenario, str], None] | None = None
-    """Further checks of a point (raising ConfigError), run after the strategy's: a
+    """Further checks of a point (raising ConfigError), run before the strategy's: a
     workload whose state layout only some stacks can recover (a sharded model) refuses
     the others here, since a strategy cannot know every workload's layout."""
 

@@ -151,12 +151,13 @@ def test_ddp_parallelism_runs_under_the_stacks_that_train_any_workload(strategy:
 
 
 @pytest.mark.parametrize("parallelism", ["fsdp", "hsdp"])
-@pytest.mark.parametrize("strategy", ["reinit", "torch-reconfigure", "restart", "nvrx-inprocess"])
+@pytest.mark.parametrize("strategy", ["reinit", "torch-reconfigure", "restart", "nvrx-inprocess", "torchft"])
 def test_sharded_state_is_refused_where_the_stack_cannot_restore_a_shard(parallelism: str, strategy: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse(_scenario(strategy, parallelism=parallelism), file="t.toml")
     assert info.value.key == "workload.parallelism" and "t.toml" in str(info.value)
-    assert "shard" in info.value.expected
+    assert f"'ddp' with strategy {strategy}: " in info.value.expected
+    assert "shard" in info.value.expected or "replica groups" in info.value.expected
 
 
 def test_sharded_state_runs_under_failstop_and_a_dcp_restart() -> None:

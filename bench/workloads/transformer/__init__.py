@@ -55,6 +55,8 @@ REFUSED = {
     "but reinit would have to rebuild the 2-D mesh over the survivors and re-shard, which it does not), "
     "its restore broadcasts one peer's whole state, and FSDP's own collectives bypass its abortable "
     "layer, so a survivor behind a survivor would wait out pg_timeout_s",
+    "torchft": "torchft's replicas run its own loop over the ddp workload; HSDP with torchft replica groups "
+    "(a killed rank's group healing from a live replica) is not built",
     "torch-reconfigure": "torch's _reconfigure re-forms the default group in place, but FSDP2's device "
     "mesh and sharded parameters stay bound to the old group, and a lost shard has no live copy",
 }
