@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Ascii(click.ParamType):
+class Ascii(click.ParamType[Any, Any]):
     """A number option in ASCII digits. click's INT and FLOAT convert with Python's
     ``int()`` and ``float()``, which take full-width and other Unicode digits ("３"), so
     a value that looks like nothing a shell script would write was accepted."""
 
-    def __init__(self, inner: click.ParamType) -> None:
+    def __init__(self, inner: click.ParamType[Any, Any]) -> None:
         self.inner = inner
         self.name = inner.name
 
@@ -36,8 +36,8 @@ class Ascii(click.ParamType):
             self.fail(f"{value!r} is not a number in ASCII digits", param, ctx)
         return self.inner.convert(value, param, ctx)
 
-    def get_metavar(self, param: click.Parameter, **kwargs: Any) -> str | None:
-        return self.inner.get_metavar(param, **kwargs)
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        return self.inner.get_metavar(param, ctx)
 
 
 def errors(func: F) -> F:

@@ -277,11 +277,18 @@ def _cluster(agents_at: str | None, wait_s: float, env_specs: tuple[str, ...]) -
 
     if env_specs:
         raise click.UsageError("--agents-at and --env cannot be combined yet (each environment is a child harness)")
+    from bench.hosts.auth import SecretError, required_secret
+
     try:
         address, port = parse_address(agents_at)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--agents-at") from None
-    return Cluster(address, port, wait_s=wait_s)
+    try:
+        secret = required_secret(address, "--agents-at")
+    except SecretError as err:
+        click.echo(f"ftbench: error: {err}", err=True)
+        sys.exit(2)
+    return Cluster(address, port, secret=secret, wait_s=wait_s)
 
 
 def _toml_list(items: tuple[str, ...]) -> str:
@@ -342,6 +349,7 @@ def host_agent(
     if not re.fullmatch(r"h[0-9]{1,4}", name):
         raise click.BadParameter(f"{name!r}: expected h0, h1, ...", param_hint="--host")
     if serve:
+        from bench.hosts.auth import SecretError
         from bench.hosts.cluster import parse_address
         from bench.hosts.cluster import serve as serve_run
 
@@ -349,7 +357,11 @@ def host_agent(
             parse_address(controller)
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--controller") from None
-        sys.exit(serve_run(controller, name, deadline_s))
+        try:
+            sys.exit(serve_run(controller, name, deadline_s))
+        except SecretError as err:
+            click.echo(f"ftbench host: error: {err}", err=True)
+            sys.exit(2)
     if events_dir is None:
         raise click.UsageError("give --events-dir (one trial), or --serve (a run, agents started by the cluster)")
     from bench.hosts.agent import main as agent_main

@@ -39,6 +39,7 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
 from typing import Any
 
+from bench.hosts.auth import SECRET_ENV, Forged, Sealer, SecretError
 from bench.hosts.clock import StorePinger, resolution_ns
 from bench.procs.events import ADDRESS_ENV, HOST_ENV, EventWriter
 from bench.procs.hygiene import kill_all, redirect_output, set_pdeathsig
@@ -77,11 +78,60 @@ def key(host: str, what: str) -> str:
     return f"agent/{host}/{what}"
 
 
-def send(store: Any, host: str, command: dict[str, Any]) -> None:
-    """Queue a command for ``host``'s agent (harness side): the body first, then the count."""
-    n = int(store.add(key(host, "nsent"), 1)) - 1
-    store.set(key(host, f"cmd/{n}"), json.dumps(command))
-    store.add(key(host, "ncmd"), 1)
+GRACE_S = 1.0
+"""How long a queue slot may stay allocated but unwritten while later ones are written:
+a sender fills its slot microseconds after taking it, so a longer hole is someone's who
+took a slot and never wrote it (skipped, so that it cannot hold up what follows)."""
+
+
+def send(store: Any, sealer: Sealer, host: str, command: dict[str, Any]) -> None:
+    """Queue a command for ``host``'s agent (harness side)."""
+    enqueue(store, sealer, host, "cmd", command)
+
+
+def enqueue(store: Any, sealer: Sealer, host: str, queue: str, body: Any) -> None:
+    """Take the next slot of ``host``'s ``queue`` (``cmd``: commands to its agent;
+    ``exit``: its agent's exit reports) and fill it with a sealed ``body``."""
+    n = int(store.add(key(host, f"n{queue}"), 1)) - 1
+    post(store, sealer, key(host, f"{queue}/{n}"), body)
+
+
+@dataclass
+class Inbox:
+    """The reading end of a queue: its messages in slot order, each opened (a message
+    that fails its MAC comes out as the :class:`Forged` error, for the reader to log)."""
+
+    store: Any
+    sealer: Sealer
+    host: str
+    queue: str
+    next: int = 0
+    _hole_since: float | None = None
+
+    def messages(self) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        total = int(self.store.add(key(self.host, f"n{self.queue}"), 0))
+        while self.next < total:
+            k = key(self.host, f"{self.queue}/{self.next}")
+            if not self.store.check([k]):
+                now = time.monotonic()
+                self._hole_since = self._hole_since or now
+                if now - self._hole_since < GRACE_S or self.next + 1 >= total:
+                    break  # its writer is about to fill it (or nothing follows it yet)
+                out.append((k, Forged(f"{k}: taken but never written")))
+            else:
+                try:
+                    out.append((k, self.sealer.open(k, self.store.get(k))))
+                except Forged as err:
+                    out.append((k, err))
+            self.next += 1
+            self._hole_since = None
+        return out
+
+
+def post(store: Any, sealer: Sealer, k: str, body: Any) -> None:
+    """Set ``k`` to a sealed ``body`` (a report of the agent, a command of the harness)."""
+    store.set(k, sealer.seal(k, body))
 
 
 @dataclass
@@ -111,8 +161,10 @@ class AgentHost:
 
 
 class Agent:
-    def __init__(self, store: Any, host: str, events_dir: Path, events: EventWriter) -> None:
+    def __init__(self, store: Any, sealer: Sealer, host: str, events_dir: Path, events: EventWriter) -> None:
         self.store, self.host, self.events_dir, self.events = store, host, events_dir, events
+        self.sealer = sealer
+        self.inbox = Inbox(store, sealer, host, "cmd")
         self.rank_host = AgentHost()
         self.launcher: LocalLauncher | None = None
         self.done = 0
@@ -129,10 +181,10 @@ class Agent:
         """A whole-host fault took this host away: the agent ends without a word."""
 
     def measure(self, phase: str) -> None:
-        pinger = StorePinger(self.store, f"clock/{self.host}/{phase}")
+        pinger = StorePinger(self.store, f"clock/{self.host}/{phase}", self.sealer)
         offset = pinger.measure()
         pinger.bye()
-        self.store.set(key(self.host, f"clock/{phase}"), json.dumps(offset.as_dict()))
+        post(self.store, self.sealer, key(self.host, f"clock/{phase}"), offset.as_dict())
         self.events.emit("clock", phase=phase, **offset.as_dict())
 
     def run(self, deadline: float) -> None:
@@ -142,10 +194,14 @@ class Agent:
             self.undo_due()
 
     def commands(self) -> None:
-        total = int(self.store.add(key(self.host, "ncmd"), 0))
-        while self.done < total:
-            command = json.loads(self.store.get(key(self.host, f"cmd/{self.done}")))
+        for k, command in self.inbox.messages():
             self.done += 1
+            if isinstance(command, Forged):  # someone without the secret: refused, on the record
+                self.events.emit("refused", key=k, reason=str(command))
+                continue
+            if not isinstance(command, dict):
+                self.events.emit("refused", key=k, reason="not a command")
+                continue
             op = str(command.get("op"))
             if op not in OPS:
                 raise ValueError(f"unknown command {op!r} from the harness")
@@ -232,7 +288,7 @@ class Agent:
         if self.elastic is not None and self.elastic.poll() is not None:
             code = self.elastic.returncode
             self.events.emit("proc_exit", of="elastic_agent", exitcode=code)
-            self.store.set(key(self.host, "elastic_exit"), str(code))
+            post(self.store, self.sealer, key(self.host, "elastic_exit"), code)
             self.elastic = None
         if self.launcher is None or not self.launcher.running():
             time.sleep(TICK_S)
@@ -252,10 +308,8 @@ class Agent:
             self.store.set(f"dead/{r.rank}", str(code))
         except Exception:  # the store itself may be the fault's target
             pass
-        n = self.exits
         self.exits += 1
-        self.store.set(key(self.host, f"exit/{n}"), json.dumps({"rank": r.rank, "exitcode": code}))
-        self.store.add(key(self.host, "nexit"), 1)
+        enqueue(self.store, self.sealer, self.host, "exit", {"rank": r.rank, "exitcode": code})
 
     def undo_due(self, *, everything: bool = False) -> None:
         now = time.monotonic_ns()
@@ -277,17 +331,22 @@ class Agent:
 
 def main(controller: str, host: str, events_dir: Path, deadline_s: float, hostname: str = "") -> int:
     """The life of an agent the harness started for one trial; its exit code (0: stopped
-    by the harness)."""
+    by the harness). The harness hands it the run's secret in its environment."""
     set_pdeathsig()  # started by the harness itself (one machine): die with it
+    secret = os.environ.pop(SECRET_ENV, "")
+    if not secret:
+        raise SecretError(f"an agent started by the harness gets ${SECRET_ENV} from it; it was not set")
     if hostname:  # in a UTS namespace of its own (one machine): the name others reach it by
         socket.sethostname(hostname)
         os.environ[ADDRESS_ENV] = hostname
     os.environ[HOST_ENV] = host  # every event of this host's processes carries it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    return serve_trial(controller, host, events_dir, deadline_s)
+    return serve_trial(controller, host, events_dir, deadline_s, secret=secret)
 
 
-def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float, *, serving: bool = False) -> int:
+def serve_trial(
+    controller: str, host: str, events_dir: Path, deadline_s: float, *, secret: str, serving: bool = False
+) -> int:
     """This host's part of one trial, whose store is at ``controller``: register, measure
     the clock, carry out the harness's commands until ``stop``, measure again.
 
@@ -308,12 +367,13 @@ def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float,
         return dist.PrefixStore("ftb", client)
 
     store = connect()
+    sealer = Sealer(secret, str(events_dir))
     deadline = time.monotonic() + deadline_s
     hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "resolution_ns": resolution_ns()}
-    store.set(key(host, "hello"), json.dumps(hello))
-    beating = _beat(connect(), host)
+    post(store, sealer, key(host, "hello"), hello)
+    beating = _beat(connect(), sealer, host)
     try:
-        agent = Agent(store, host, events_dir, events)
+        agent = Agent(store, sealer, host, events_dir, events)
         try:
             agent.measure("start")
             agent.run(deadline)
@@ -327,21 +387,23 @@ def serve_trial(controller: str, host: str, events_dir: Path, deadline_s: float,
         agent.measure("end")
     finally:  # a serving agent goes on to the next trial: no beat may outlive this one
         beating.set()
-    store.set(key(host, "bye"), "1")
+    post(store, sealer, key(host, "bye"), 1)
     events.emit("proc_exit", exitcode=0)
     events.close()
     return 0
 
 
-def _beat(store: Any, host: str) -> threading.Event:
-    """Count ``agent/HOST/beat`` up every :data:`BEAT_S` until the returned event is set
-    (or the store is gone)."""
+def _beat(store: Any, sealer: Sealer, host: str) -> threading.Event:
+    """Count ``agent/HOST/beat`` up (sealed: a forged beat cannot keep a lost host alive)
+    every :data:`BEAT_S` until the returned event is set (or the store is gone)."""
     stop = threading.Event()
 
     def beat() -> None:
+        n = 0
         try:
             while True:
-                store.add(key(host, "beat"), 1)
+                n += 1
+                post(store, sealer, key(host, "beat"), n)
                 if stop.wait(BEAT_S):
                     return
         except Exception:  # the trial's store went away: nobody to tell

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench.hosts.auth import Sealer
+
 SAMPLES = 32
 """Round trips per estimate: enough that one of them is unperturbed by the scheduler
 on a loaded host (two cores shared by ranks), at ~1 ms each."""
@@ -114,17 +116,21 @@ class StorePinger:
     """The host's side: round trips to a :class:`Responder` through ``store`` (any
     object with c10d's ``set``/``get``)."""
 
-    def __init__(self, store: Any, prefix: str) -> None:
+    def __init__(self, store: Any, prefix: str, sealer: Sealer) -> None:
         self.store = store
         self.prefix = prefix
+        self.sealer = sealer
         self.k = 0
 
     def __call__(self) -> Sample:
         k, self.k = self.k, self.k + 1
         t_send = time.monotonic_ns()
         self.store.set(f"{self.prefix}/req/{k}", "t")
-        remote = int(self.store.get(f"{self.prefix}/resp/{k}"))
+        raw = self.store.get(f"{self.prefix}/resp/{k}")
         t_recv = time.monotonic_ns()
+        # Opened after the stamp: the check is not part of the round trip. A forged
+        # answer (Forged) ends the measurement rather than skewing the offset.
+        remote = int(self.sealer.open(f"{self.prefix}/resp/{k}", raw))
         return Sample(t_send, remote, t_recv)
 
     def measure(self, n: int = SAMPLES) -> Offset:
@@ -144,8 +150,9 @@ class Responder:
     away; each wait is bounded by ``poll_s`` all the same.
     """
 
-    def __init__(self, connect: Callable[[], Any], prefix: str, *, poll_s: float = 60.0) -> None:
+    def __init__(self, connect: Callable[[], Any], prefix: str, sealer: Sealer, *, poll_s: float = 60.0) -> None:
         self.prefix = prefix
+        self.sealer = sealer
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._connect = connect
@@ -178,7 +185,8 @@ class Responder:
             try:
                 if store.get(key) == b"bye":
                     return
-                store.set(f"{self.prefix}/resp/{k}", str(now))
+                resp = f"{self.prefix}/resp/{k}"
+                store.set(resp, self.sealer.seal(resp, now))
             except Exception:
                 return
             self.answered += 1

@@ -25,7 +25,6 @@ checkpoints go to the run directory, which the hosts must share (a cluster file 
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 import subprocess
@@ -36,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.hosts.agent import key
+from bench.hosts.agent import key, post
+from bench.hosts.auth import Forged, Sealer, required_secret
 from bench.hosts.launcher import AgentLauncher
 from bench.procs.events import ADDRESS_ENV, HOST_ENV
 from bench.procs.hygiene import MARKER, sweep
@@ -85,8 +85,12 @@ class Cluster:
     """The harness's side of a run whose host agents were started by the cluster: the run
     store, the agents that joined it, and each trial's launcher."""
 
-    def __init__(self, address: str, port: int, *, wait_s: float = 300.0) -> None:
+    def __init__(self, address: str, port: int, *, secret: str, wait_s: float = 300.0) -> None:
         self.address, self.port, self.wait_s = address, port, wait_s
+        self.secret = secret
+        self.run = Sealer(secret, "run")
+        self.nonces: dict[str, str] = {}
+        """Each agent's nonce from its hello: the scope of its assignments."""
         self.agents: dict[str, AgentInfo] = {}
         self.assigned: dict[str, int] = {}
         self._server: Any = None
@@ -107,8 +111,21 @@ class Cluster:
         where = f"{self.address}:{self.port}"
         progress(f"  waiting up to {self.wait_s:.0f} s for host agents {', '.join(names)} at {where}")
         deadline = time.monotonic() + self.wait_s
+        hellos: dict[str, dict[str, Any]] = {}
+        refused: dict[str, bytes] = {}
         while True:
-            missing = [h for h in names if not self._store.check([f"hello/{h}"])]
+            for h in names:
+                k = f"hello/{h}"
+                if h in hellos or not self._store.check([k]):
+                    continue
+                raw = bytes(self._store.get(k))
+                try:
+                    hellos[h] = self.run.open(k, raw)
+                except Forged as err:
+                    if refused.get(h) != raw:
+                        refused[h] = raw
+                        progress(f"  refused {k}: {err}")
+            missing = [h for h in names if h not in hellos]
             if not missing:
                 break
             if time.monotonic() > deadline:
@@ -119,7 +136,8 @@ class Cluster:
                 )
             time.sleep(POLL_S)
         for h in names:
-            hello = json.loads(self._store.get(f"hello/{h}"))
+            hello = hellos[h]
+            self.nonces[h] = str(hello["nonce"])
             self.agents[h] = AgentInfo(h, str(hello["hostname"]), str(hello["address"]), int(hello["pid"]))
             progress(f"  host agent {h}: {self.agents[h].hostname} ({self.agents[h].address}), pid {hello['pid']}")
 
@@ -128,7 +146,7 @@ class Cluster:
         n = self.assigned.get(host, 0)
         self.assigned[host] = n + 1
         body = {"controller": controller, "events_dir": str(events_dir), "deadline_s": deadline_s}
-        self._store.set(f"trial/{host}/{n}", json.dumps(body))
+        post(self._store, Sealer(self.secret, f"run:{self.nonces[host]}"), f"trial/{host}/{n}", body)
 
     def hosts(self, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The host names and addresses of agents ``h0`` .. ``h{count-1}``, which a point
@@ -142,7 +160,7 @@ class Cluster:
     def close(self) -> None:
         """Tell every agent the run is over (each exits 0)."""
         if self._store is not None:
-            self._store.set("done", "1")
+            post(self._store, self.run, "done", 1)
             deadline = time.monotonic() + 2.0  # let them read it before the store goes
             while time.monotonic() < deadline and any(not self._store.check([f"left/{h}"]) for h in self.agents):
                 time.sleep(POLL_S)
@@ -154,7 +172,7 @@ class RemoteAgent:
     """An agent the harness did not start, seen through the trial store: the subset of
     ``subprocess.Popen`` the agent launcher uses (``poll``, ``kill``, ``wait``)."""
 
-    control: Any
+    launcher: AgentLauncher
     host: str
     since: float = field(default_factory=time.monotonic)
     beat: int = -1
@@ -167,10 +185,12 @@ class RemoteAgent:
         if self.returncode is not None or time.monotonic() - self.checked < CHECK_S:
             return self.returncode
         self.checked = time.monotonic()
-        if self.control.check([key(self.host, "bye")]):
+        if self.launcher.reported(self.host, "bye"):
             self.returncode = 0
             return 0
-        beat = int(self.control.add(key(self.host, "beat"), 0))
+        beat = self.beat
+        if self.launcher.reported(self.host, "beat"):
+            beat = int(self.launcher.opened(key(self.host, "beat")))
         now = time.monotonic()
         if beat != self.beat:
             self.beat, self.since = beat, now
@@ -202,7 +222,7 @@ class ClusterLauncher(AgentLauncher):
         self.cluster.assign(
             host, controller=f"{self.address}:{port}", events_dir=self.events_dir, deadline_s=self.deadline_s
         )
-        return RemoteAgent(self.control, host)
+        return RemoteAgent(self, host)
 
     def host_record(self, index: int, host: str) -> dict[str, Any]:
         assert self.cluster is not None
@@ -213,7 +233,10 @@ class ClusterLauncher(AgentLauncher):
 def serve(controller: str, host: str, deadline_s: float) -> int:
     """The life of an agent the cluster started: join the run at ``controller``, serve
     each trial the harness assigns, until it says ``done`` (exit 0), goes away (exit 3) or
-    leaves it ``deadline_s`` without a word: before the first trial or between two (exit 4)."""
+    leaves it ``deadline_s`` without a word: before the first trial or between two (exit 4).
+    Everything it takes from the run store must be sealed with the shared secret."""
+    import secrets
+
     import torch.distributed as dist
 
     from bench.hosts.agent import serve_trial
@@ -226,6 +249,9 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
     os.environ[MARKER] = marker
     deadline = time.monotonic() + deadline_s
     address, port = parse_address(controller)
+    secret = required_secret(address, "the run store")
+    run, nonce = Sealer(secret, "run"), secrets.token_hex(8)
+    assigned = Sealer(secret, f"run:{nonce}")
 
     def say(text: str) -> None:
         sys.stderr.write(f"ftbench host {host}: {text}\n")
@@ -235,21 +261,22 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
         client = dist.TCPStore(address, port, None, False, timeout=datetime.timedelta(seconds=deadline_s))
         store = dist.PrefixStore(PREFIX, client)
         here = _local_address(address, port)
-        hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "address": here}
+        hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "address": here, "nonce": nonce}
         os.environ[ADDRESS_ENV] = here
-        store.set(f"hello/{host}", json.dumps(hello))
+        post(store, run, f"hello/{host}", hello)
         say(f"joined the run at {address}:{port} as {hello['hostname']} ({hello['address']})")
         console = os.dup(1), os.dup(2)  # a trial sends them to its own log; back after it
         n = 0
+        refused: dict[str, bytes] = {}
         while time.monotonic() < deadline:
-            if store.check(["done"]):
-                store.set(f"left/{host}", "1")
+            if _sealed(store, run, "done", refused, say) is not None:
+                post(store, run, f"left/{host}", 1)
                 say(f"the run is over after {n} trial(s)")
                 return 0
-            if not store.check([f"trial/{host}/{n}"]):
+            trial = _sealed(store, assigned, f"trial/{host}/{n}", refused, say)
+            if trial is None:
                 time.sleep(POLL_S)
                 continue
-            trial = json.loads(store.get(f"trial/{host}/{n}"))
             n += 1
             try:
                 serve_trial(
@@ -257,6 +284,7 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
                     host,
                     Path(str(trial["events_dir"])),
                     float(trial["deadline_s"]),
+                    secret=secret,
                     serving=True,
                 )
             except Exception as exc:  # the trial's store went away mid-trial: the next trial may still come
@@ -272,6 +300,21 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
     except (RuntimeError, OSError) as exc:  # the harness (its run store) is gone
         say(f"the harness went away: {exc}")
         return 3
+
+
+def _sealed(store: Any, sealer: Sealer, k: str, refused: dict[str, bytes], say: Callable[[str], None]) -> Any:
+    """The body at ``k`` if it is there and sealed with the run's secret, else None; a
+    forged one is said once and waited past (the harness's own post overwrites it)."""
+    if not store.check([k]):
+        return None
+    raw = bytes(store.get(k))
+    try:
+        return sealer.open(k, raw)
+    except Forged as err:
+        if refused.get(k) != raw:
+            refused[k] = raw
+            say(f"refused {k}: {err}")
+        return None
 
 
 def _local_address(address: str, port: int) -> str:

@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bench.hosts.agent import command_line, key, send
+from bench.hosts.agent import Inbox, command_line, key, send
+from bench.hosts.auth import SECRET_ENV, Forged, Sealer, new_secret
 from bench.hosts.clock import Offset, Responder, combine
-from bench.procs.events import CLOCKS_FILE
+from bench.procs.events import CLOCKS_FILE, EventWriter
 from bench.procs.launcher import LaunchError, LocalLauncher, RankProcess
 
 
@@ -60,8 +61,45 @@ class AgentLauncher(LocalLauncher):
     start_offsets: dict[str, Offset] = field(default_factory=dict)
     clocks: dict[str, dict[str, int]] = field(default_factory=dict)
     """host -> the start offset as :func:`bench.procs.events.to_controller` takes it."""
-    _seen: dict[str, int] = field(default_factory=dict)
+    secret: str = field(default_factory=new_secret, repr=False)
+    """Shared with the agents (the ones it starts get it in their environment): every
+    message between them is sealed with it (:mod:`bench.hosts.auth`)."""
+    _exits: dict[str, Inbox] = field(default_factory=dict)
     _ending: bool = False
+    _refusals: EventWriter | None = None
+    _forged: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def sealer(self) -> Sealer:
+        return Sealer(self.secret, str(self.events_dir))
+
+    def refused(self, k: str, err: Forged) -> None:
+        """A message that failed its MAC: never acted on, on the record."""
+        if self._refusals is None:
+            self._refusals = EventWriter(self.events_dir / "harness-refused.jsonl", src="harness")
+        self._refusals.emit("refused", key=k, reason=str(err))
+
+    def opened(self, k: str) -> Any:
+        """The body of the sealed message at ``k``; Forged (logged once) if it is not one."""
+        raw = bytes(self.control.get(k))
+        try:
+            return self.sealer.open(k, raw)
+        except Forged as err:
+            if self._forged.get(k) != raw:
+                self._forged[k] = raw
+                self.refused(k, err)
+            raise
+
+    def reported(self, host: str, what: str) -> bool:
+        """Whether ``host``'s agent posted ``what`` (a forged post does not count)."""
+        k = key(host, what)
+        if not self.control.check([k]):
+            return False
+        try:
+            self.opened(k)
+        except Forged:
+            return False
+        return True
 
     def names(self) -> list[str]:
         return [f"h{i}" for i in range(len(self.hosts))]
@@ -74,9 +112,9 @@ class AgentLauncher(LocalLauncher):
         try:
             for i, (h, ns) in enumerate(zip(self.names(), self.hosts, strict=True)):
                 self.agents[h] = self._spawn(h, ns, int((i + 1) * self.clock_shift_s), port)
-                self._seen[h] = 0
+                self._exits[h] = Inbox(self.control, self.sealer, h, "exit")
             for h in self.names():
-                self.start_offsets[h] = Offset.from_dict(json.loads(self._await(h, "clock/start", timeout_s)))
+                self.start_offsets[h] = Offset.from_dict(self._await(h, "clock/start", timeout_s))
         finally:
             for r in responders.values():
                 r.stop()
@@ -84,7 +122,7 @@ class AgentLauncher(LocalLauncher):
         return port
 
     def _responder(self, prefix: str) -> Responder:
-        return Responder(self.store_client, prefix).start()
+        return Responder(self.store_client, prefix, self.sealer).start()
 
     def _spawn(self, host: str, namespace: str, shift_s: int, port: int) -> AgentProcess:
         """``unshare --time --monotonic SHIFT ip netns exec NS python -m bench host ...``:
@@ -96,7 +134,7 @@ class AgentLauncher(LocalLauncher):
         index = self.names().index(host)
         if self.addresses:
             argv += ["--hostname", self.addresses[index]]
-        env = dict(os.environ, PYTHONPATH=str(nfqueue.PACKAGE_ROOT))
+        env = dict(os.environ, PYTHONPATH=str(nfqueue.PACKAGE_ROOT), **{SECRET_ENV: self.secret})
         with open(self.events_dir / f"agent-{host}.spawn.log", "ab") as log:
             return subprocess.Popen(
                 ["unshare", "--time", "--monotonic", str(shift_s), "--uts", "ip", "netns", "exec", namespace, *argv],
@@ -106,24 +144,29 @@ class AgentLauncher(LocalLauncher):
                 env=env,
             )
 
-    def _await(self, host: str, what: str, timeout_s: float) -> str:
+    def _await(self, host: str, what: str, timeout_s: float) -> Any:
+        """The body of the agent's sealed ``what``; a forged one is refused and waited past."""
         deadline = time.monotonic() + timeout_s
         k = key(host, what)
-        while not self.control.check([k]):
+        while True:
+            if self.control.check([k]):
+                try:
+                    return self.opened(k)
+                except Forged:
+                    pass  # refused; the agent's own post may still come
             code = self.agents[host].poll()
             if code is not None:
                 raise LaunchError(f"the agent of {host} exited with code {code} (see agent-{host}.log)")
             if time.monotonic() > deadline:
                 raise LaunchError(f"the agent of {host} did not post {what} within {timeout_s:.0f} s")
             time.sleep(0.01)
-        return bytes(self.control.get(k)).decode()
 
     def host_of(self, rank: int) -> str:
         return f"h{rank // self.ranks_per_host}"
 
     def deliver(self, host: str, command: dict[str, Any]) -> None:
         """Hand a command (a fault to carry out) to ``host``'s agent."""
-        send(self.control, host, command)
+        send(self.control, self.sealer, host, command)
 
     def start_rank(self, rank: int, target: Any, *args: object) -> RankProcess:
         """Ask the rank's host agent to start it (``target`` is the rank entry, as on one
@@ -138,14 +181,14 @@ class AgentLauncher(LocalLauncher):
             "start_method": self.start_method,
             "supervised": self.supervised,
         }
-        send(self.control, self.host_of(rank), command)
+        send(self.control, self.sealer, self.host_of(rank), command)
         rp = RankProcess(rank=rank, process=None, recorded=True)
         self.ranks.append(rp)
         return rp
 
     def kill_rank(self, r: RankProcess) -> None:
         """Have the rank's host agent SIGKILL it (its exit is reported as any other)."""
-        send(self.control, self.host_of(r.rank), {"op": "kill", "rank": r.rank})
+        send(self.control, self.sealer, self.host_of(r.rank), {"op": "kill", "rank": r.rank})
 
     def wait(self, timeout_s: float) -> list[RankProcess]:
         """Exits the agents reported, waiting up to ``timeout_s`` for one."""
@@ -160,10 +203,10 @@ class AgentLauncher(LocalLauncher):
     def _collect(self) -> list[RankProcess]:
         exited: list[RankProcess] = []
         for h in self.names():
-            n = int(self.control.add(key(h, "nexit"), 0))
-            while self._seen[h] < n:
-                record = json.loads(self.control.get(key(h, f"exit/{self._seen[h]}")))
-                self._seen[h] += 1
+            for k, record in self._exits[h].messages():
+                if isinstance(record, Forged):  # an exit nobody with the secret reported did not happen
+                    self.refused(k, record)
+                    continue
                 r = next((r for r in self.running() if r.rank == int(record["rank"])), None)
                 if r is not None:
                     r.exitcode = int(record["exitcode"])
@@ -177,7 +220,7 @@ class AgentLauncher(LocalLauncher):
             self._ending = True
             for h in self.names():
                 if self.agents[h].poll() is None:
-                    send(self.control, h, {"op": "ending"})
+                    send(self.control, self.sealer, h, {"op": "ending"})
         return exited
 
     def close(self) -> None:
@@ -195,6 +238,8 @@ class AgentLauncher(LocalLauncher):
                 except subprocess.TimeoutExpired:
                     pass
             super().close()
+            if self._refusals is not None:
+                self._refusals.close()
 
     def _stop_agents(self) -> None:
         live = [h for h in self.names() if self.agents[h].poll() is None]
@@ -202,10 +247,10 @@ class AgentLauncher(LocalLauncher):
         ends: dict[str, Offset] = {}
         try:
             for h in live:
-                send(self.control, h, {"op": "stop"})
+                send(self.control, self.sealer, h, {"op": "stop"})
             for h in live:
                 try:
-                    ends[h] = Offset.from_dict(json.loads(self._await(h, "clock/end", BYE_S)))
+                    ends[h] = Offset.from_dict(self._await(h, "clock/end", BYE_S))
                 except LaunchError:
                     continue  # no end estimate: the start one stands, without a drift bound
         finally:

@@ -182,7 +182,7 @@ class ElasticJob(Job):
         for h in self.hosts.names():
             env = {k: v for k, v in self.agent_env().items() if os.environ.get(k) != v}
             command = {"op": "elastic", "strategy": STRATEGIES[s.recovery.strategy].name, "args": args, "env": env}
-            send(self.hosts.control, h, command | {"spec": json.loads(spec_to_json(spec))})
+            send(self.hosts.control, self.hosts.sealer, h, command | {"spec": json.loads(spec_to_json(spec))})
 
     def clocks(self) -> dict[str, dict[str, int]]:
         return dict(self.hosts.clocks) if hasattr(self, "hosts") else {}
@@ -195,10 +195,8 @@ class ElasticJob(Job):
         outlive a killed agent (docs/facts.md), and what they do then is part of the trial.
         With host agents: when every host's elastic agent has exited (or its host agent)."""
         if hasattr(self, "hosts"):
-            from bench.hosts.agent import key
-
             h = self.hosts
-            done = all(h.control.check([key(n, "elastic_exit")]) or h.agents[n].poll() is not None for n in h.names())
+            done = all(h.reported(n, "elastic_exit") or h.agents[n].poll() is not None for n in h.names())
             if not done:
                 time.sleep(timeout_s)
             return done

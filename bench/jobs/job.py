@@ -195,7 +195,12 @@ def host_launcher(ctx: TrialContext, *, start_method: str, supervised: bool) -> 
     if ctx.cluster is not None:
         hosts, addresses = ctx.cluster.hosts(count)
         return ClusterLauncher(
-            address=ctx.cluster.address, hosts=hosts, addresses=addresses, cluster=ctx.cluster, **common
+            address=ctx.cluster.address,
+            hosts=hosts,
+            addresses=addresses,
+            cluster=ctx.cluster,
+            secret=ctx.cluster.secret,
+            **common,
         )
     assert isinstance(ctx.network, Topology), "launch.agents runs every host in a namespace of a topology"
     return AgentLauncher(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -91,7 +92,7 @@ def strategy_tax(run: Run) -> list[Tax]:
     return out
 
 
-def _tax(run: Run, point: dict, rows: pd.DataFrame, base: pd.DataFrame, base_label: str) -> Tax:
+def _tax(run: Run, point: dict[str, Any], rows: pd.DataFrame, base: pd.DataFrame, base_label: str) -> Tax:
     step, base_step = _values(rows["ff_step_s"]), _values(base["ff_step_s"])
     wall, base_wall = _values(rows["ff_step_s"] / rows["goodput"]), _values(base["ff_step_s"] / base["goodput"])
     same = point["label"] == base_label
@@ -128,6 +129,6 @@ def _strategy(df: pd.DataFrame, point_hash: str) -> str:
     return str(rows["strategy"].iloc[0]) if not rows.empty else ""
 
 
-def _others(point: dict) -> str:
+def _others(point: dict[str, Any]) -> str:
     """The point's sweep values but its strategy: the key a stack and its baseline share."""
     return repr(sorted((k, repr(v)) for k, v in point["values"].items() if k != "recovery.strategy"))

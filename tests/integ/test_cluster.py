@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
+from bench.hosts.auth import SECRET_ENV
 from bench.hosts.cluster import Cluster
 from bench.procs.hygiene import MARKER, alive, marked
 from bench.procs.store import free_port
@@ -33,6 +34,7 @@ pytestmark = [
 ]
 
 SHIFT_S = 1000
+SECRET = "a-secret-the-cluster-recipe-shares-0123456789"
 ONE_TRIAL = """
 name = "cluster"
 [workload]
@@ -63,9 +65,10 @@ SCENARIO = (
 """host-down first: h1's agent goes silent for that trial and must serve the next one."""
 
 
-def start_agents(port: int, n: int, logs: Path) -> list[subprocess.Popen[bytes]]:
-    """``ftbench host --serve`` on every host, as ssh would start it."""
-    env = {k: v for k, v in os.environ.items() if k != MARKER}
+def start_agents(port: int, n: int, logs: Path, secret: str = SECRET) -> list[subprocess.Popen[bytes]]:
+    """``ftbench host --serve`` on every host, as ssh would start it, with the run's
+    secret in its environment."""
+    env = {k: v for k, v in os.environ.items() if k != MARKER} | {SECRET_ENV: secret}
     agents = []
     for i in range(n):
         argv = ["unshare", "--time", "--monotonic", str((i + 1) * SHIFT_S), sys.executable, "-m", "bench", "host"]
@@ -85,7 +88,7 @@ def test_a_run_on_agents_the_cluster_started(run_scenario, tmp_path: Path) -> No
     port = free_port()
     agents = start_agents(port, 2, tmp_path)
     try:
-        report = run_scenario(SCENARIO, cluster=Cluster("127.0.0.1", port, wait_s=60))
+        report = run_scenario(SCENARIO, cluster=Cluster("127.0.0.1", port, secret=SECRET, wait_s=60))
         codes = [a.wait(timeout=30) for a in agents]
     finally:
         for a in agents:
@@ -127,6 +130,57 @@ def test_agents_that_never_join_are_one_clear_error(tmp_path: Path) -> None:
     assert json.loads(run_json.read_text())["status"] == "interrupted"
 
 
+@pytest.mark.timeout(60)
+def test_an_agent_without_the_runs_secret_is_refused(tmp_path: Path) -> None:
+    scenario = tmp_path / "cluster.toml"
+    scenario.write_text(ONE_TRIAL.replace("world_size = 4", "world_size = 2").replace("host = 1", "ranks = [1]"))
+    port = free_port()
+    agents = start_agents(port, 1, tmp_path, secret="not-the-runs-secret-at-all-42")
+    try:
+        args = [
+            "run",
+            str(scenario),
+            "--out",
+            str(tmp_path),
+            "--agents-at",
+            f"127.0.0.1:{port}",
+            "--agents-wait-s",
+            "5",
+        ]
+        result = CliRunner().invoke(cli, args, env={SECRET_ENV: SECRET})
+    finally:
+        for a in agents:
+            a.kill()
+            a.wait()
+    assert result.exit_code == 1, result.output
+    assert "refused hello/h0: hello/h0: the MAC does not match" in result.output
+    assert "host agents h0 did not join" in result.output
+
+
+def test_a_run_across_hosts_without_a_secret_is_refused() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, "FTBENCH_SECRET_FILE")}
+    address = _routable_address()
+    for args in (
+        ["run", "kill-one-rank", "--agents-at", f"{address}:29611"],
+        ["host", "--serve", "--controller", f"{address}:29611", "--host", "h0"],
+    ):
+        result = CliRunner().invoke(cli, args, env=env)
+        assert result.exit_code == 2, result.output
+        assert "is reachable from other hosts: set $FTBENCH_SECRET_FILE" in result.output
+
+
+def _routable_address() -> str:
+    """An address of this machine that is not loopback (the one a default route uses)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.18.0.1", 9))  # benchmarking range: no packet is sent
+        except OSError:
+            pytest.skip("this machine has no route off loopback")
+        return str(s.getsockname()[0])
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -156,7 +210,7 @@ def test_a_killed_harness_leaves_serving_agents_nothing_to_do(tmp_path: Path) ->
     scenario.write_text(SCENARIO.replace("steps = 120", "steps = 3000").replace("at_step = 40", "at_step = 2900"))
     port = free_port()
     agents = start_agents(port, 2, tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != MARKER}
+    env = {k: v for k, v in os.environ.items() if k != MARKER} | {SECRET_ENV: SECRET}
     argv = [sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path / "results")]
     harness = subprocess.Popen([*argv, "--agents-at", f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
     try:

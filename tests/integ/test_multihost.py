@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.hosts.agent import enqueue, key, send
+from bench.hosts.auth import Sealer
 from bench.hosts.clock import Offset, Responder
+from bench.hosts.launcher import AgentLauncher
 from bench.procs.events import read_events
 from bench.procs.hygiene import alive, marked
 from bench.procs.launcher import ProcessHost
@@ -26,6 +29,7 @@ from tests.integ.conftest import rows
 pytestmark = pytest.mark.integ
 
 SHIFT_S = 1000
+SECRET = "only-the-test-knows-this-0123456789"
 
 
 def _need_time_namespaces() -> None:
@@ -38,9 +42,10 @@ def _need_time_namespaces() -> None:
 PINGER = """
 import datetime, json, sys
 import torch.distributed as dist
+from bench.hosts.auth import Sealer
 from bench.hosts.clock import StorePinger
 store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, False, timeout=datetime.timedelta(seconds=20))
-pinger = StorePinger(store, "clock/h9")
+pinger = StorePinger(store, "clock/h9", Sealer(sys.argv[2], "test"))
 est = pinger.measure()
 pinger.bye()
 print(json.dumps(est.as_dict()))
@@ -53,10 +58,10 @@ def test_offset_of_a_time_namespace_is_found_within_its_error() -> None:
     ahead); the estimate must lie within its own stated uncertainty of it."""
     _need_time_namespaces()
     server = bound_store("127.0.0.1", timeout_s=30)
-    responder = Responder(lambda: dist_client(server.port), "clock/h9").start()
+    responder = Responder(lambda: dist_client(server.port), "clock/h9", Sealer(SECRET, "test")).start()
     try:
         out = subprocess.run(
-            ["unshare", "--time", "--monotonic", str(SHIFT_S), sys.executable, "-c", PINGER, str(server.port)],
+            ["unshare", "--time", "--monotonic", str(SHIFT_S), sys.executable, "-c", PINGER, str(server.port), SECRET],
             capture_output=True,
             text=True,
             timeout=45,
@@ -106,6 +111,38 @@ def _no_namespaces_left(host: ProcessHost) -> None:
     tag = system.tag_for(host.run_id)
     left = [n for n in system.namespaces() if f"-{tag}-" in n]
     assert not left, f"namespaces left after the trial: {left}"
+
+
+@pytest.mark.timeout(120)
+def test_forged_commands_and_reports_are_refused_and_change_nothing(
+    run_scenario, host: ProcessHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone who reaches the trial's store but has not the run's secret posts, once
+    training starts: a kill of rank 1 sealed with another secret, a stop in plain JSON
+    (to h1's agent), and a report that rank 0 died (as h0's agent). Each is refused and
+    logged; the job trains to its end as if nothing had been posted."""
+    _need_time_namespaces()
+    real = AgentLauncher.start_rank
+    forger = Sealer("a-guess-at-the-secret-0123456789", "anything")
+
+    def start_and_forge(self: AgentLauncher, rank: int, *args: object) -> object:
+        out = real(self, rank, *args)
+        if rank == 1:
+            send(self.control, forger, "h1", {"op": "kill", "rank": 1})
+            n = int(self.control.add(key("h1", "ncmd"), 1)) - 1
+            self.control.set(key("h1", f"cmd/{n}"), json.dumps({"op": "stop"}))
+            enqueue(self.control, forger, "h0", "exit", {"rank": 0, "exitcode": 1})
+        return out
+
+    monkeypatch.setattr(AgentLauncher, "start_rank", start_and_forge)
+    fault_free = ONE_RANK_EACH.split("[[faults]]")[0] + "[measure]\ntrials = 1\ndeadline_s = 60\n"
+    report = run_scenario(fault_free.replace("steps = 40", "steps = 150"))
+    (row,) = rows(report)
+    assert row["outcome"] == "completed" and row["steps_done"] == 150, row
+    events = read_events(next(report.rundir.path.glob("events/*/0")))
+    refused = sorted((e.get("host", e["src"]), e["key"]) for e in events if e["event"] == "refused")
+    assert refused == [("h1", "agent/h1/cmd/1"), ("h1", "agent/h1/cmd/2"), ("harness", "agent/h0/exit/0")], refused
+    assert not [e for e in events if e["event"] == "proc_exit" and e.get("exitcode") not in (0, None)]
 
 
 @pytest.mark.timeout(120)
