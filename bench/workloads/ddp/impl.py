@@ -6,6 +6,13 @@ survivors split it among themselves. Each rank scales its loss by the *global* b
 (times the group size where DDP's stock reducer averages), so the gradient is the exact
 global mean in any world and a recovered run follows the fault-free reference up to
 float rounding.
+
+``state_mb`` adds a wide branch beside the MLP (:func:`bench.workloads.ddp.state_width`)
+whose output is added to the MLP's. What it costs per step, per rank: about
+``6 x batch_share x P`` floating-point operations for its P parameters (forward, and the
+weight and input gradients), an all-reduce of 4P bytes of gradient, and an SGD update
+reading and writing 16P bytes (value, gradient, momentum); at 1 GB of state that is
+125 M parameters, a 500 MB all-reduce and about 24 GFLOP at 32 samples.
 """
 
 from __future__ import annotations
@@ -21,7 +28,44 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bench.rank.comm import Collectives, CorruptionDetected, site
 from bench.rank.workload import Workload
-from bench.workloads.ddp import DDPParams
+from bench.workloads.ddp import DDPParams, state_width
+
+
+class WideBranch(torch.nn.Module):
+    """The state-sizing branch: hidden -> W -> 1, its output scaled by sqrt(hidden / W).
+
+    Without the scale, the head's gradient step on the output grows with W (the sum of W
+    squared activations), and a learning rate that suits the MLP makes a wide branch
+    diverge at once; with it, the branch learns at the pace of a ``hidden``-wide layer
+    whatever its size, so the loss curve stays finite at every state size."""
+
+    def __init__(self, in_features: int, hidden: int, width: int) -> None:
+        super().__init__()
+        self.inner = torch.nn.Sequential(
+            torch.nn.Linear(in_features, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, width),
+            torch.nn.ReLU(),
+            torch.nn.Linear(width, 1, bias=False),
+        )
+        self.scale = (hidden / width) ** 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(x)
+        return out.mul(self.scale)
+
+
+class StateSizedMLP(torch.nn.Module):
+    """The MLP plus the branch that gives the model ``state_mb`` of state."""
+
+    def __init__(self, mlp: torch.nn.Sequential, branch: WideBranch) -> None:
+        super().__init__()
+        self.mlp = mlp
+        self.branch = branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.mlp(x) + self.branch(x)
+        return out
 
 
 class DDPWorkload(Workload):
@@ -36,17 +80,31 @@ class DDPWorkload(Workload):
             layers += [torch.nn.Linear(width, params.hidden), torch.nn.ReLU()]
             width = params.hidden
         layers.append(torch.nn.Linear(width, 1))
-        self.model = torch.nn.Sequential(*layers)
+        self.model: torch.nn.Module = torch.nn.Sequential(*layers)
         with torch.no_grad():
             for p in self.model.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / max(1, p.shape[-1])) ** 0.5)
-        self.model.to(device)
         self.teacher = torch.randn(params.in_features, 1, generator=gen)
+        wide = state_width(params)
+        if wide:
+            # Drawn after the teacher, so the task is the same at every state size; in
+            # place, so a large branch is not held twice while it is drawn.
+            branch = WideBranch(params.in_features, params.hidden, wide)
+            with torch.no_grad():
+                for p in branch.parameters():
+                    p.normal_(0.0, (1.0 / max(1, p.shape[-1])) ** 0.5, generator=gen)
+            self.model = StateSizedMLP(self.model, branch)
+        self.model.to(device)
         self.global_batch = world_size * params.batch_per_rank
         self.opt = self._optimizer()
         self.ddp: DistributedDataParallel | None = None
         self._retired: list[DistributedDataParallel] = []
         self.comm: Collectives | None = None
+
+    @property
+    def sized(self) -> bool:
+        """Whether ``state_mb`` added the wide branch."""
+        return isinstance(self.model, StateSizedMLP)
 
     def attach(self, comm: Collectives) -> None:
         self.comm = comm
@@ -57,11 +115,21 @@ class DDPWorkload(Workload):
             # the parameters and optimizer that its hooks do not know about.
             self._retired.append(self.ddp)
             state = self.state_dict()
+            old = self.model
             self.model = copy.deepcopy(self.model)
             self.opt = self._optimizer()
             self.opt.load_state_dict(state["opt"])
+            del state
+            if self.sized:
+                # A sized state would otherwise be held twice more by the retired wrapper
+                # (its parameters and momentum); its gradient buckets stay, its worker
+                # thread may still be writing them.
+                with torch.no_grad():
+                    for p in old.parameters():
+                        p.data = torch.empty(0, dtype=p.dtype, device=p.device)
         ids = [self.device.index] if self.device.type == "cuda" else None
-        self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        # With a sized state, gradients are views of DDP's buckets: one copy of them, not two.
+        self.ddp = DistributedDataParallel(self.model, device_ids=ids, gradient_as_bucket_view=self.sized)
         comm.attach_ddp(self.ddp)
 
     def _optimizer(self) -> torch.optim.Optimizer:
