@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import checkpoints, diagnosis, plots, statesize, tables, tax, timeline
+from bench.report import checkpoints, datapos, diagnosis, plots, statesize, tables, tax, timeline
 from bench.report.blocks import Report
 from bench.report.series import Series, build_series, run_tags
 from bench.results.reader import Run
@@ -74,6 +74,7 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     _projection(rep, runs)
     tax.section(rep, runs, plot_dir)
     checkpoints.section(rep, series)
+    datapos.section(rep, series)
     statesize.section(rep, runs, plot_dir)
     _distributions(rep, series, plot_dir)
     _phases(rep, series, plot_dir)
