@@ -231,7 +231,7 @@ def phase_bars(series: list[Series], path: Path) -> Path | None:
     ax_rel.set_xlim(0, 1)
     ax_rel.set_xlabel("share of the summed medians")
     ax_rel.set_title("phases as shares", fontsize=9)
-    handles = [Patch(color=phase_colour(c, order), label=phase_name(c)) for c in order]
+    handles = [Patch(color=phase_colour(c), label=phase_name(c)) for c in order]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(order), fontsize=8)
     for ax in (ax_abs, ax_rel):
         ax.grid(True, axis="x", alpha=0.3)
@@ -265,7 +265,7 @@ def _phase_bar(ax_abs: Axes, ax_rel: Axes, y: float, row: PhaseRow, order: list[
         v = meds[c]
         if math.isnan(v):
             continue
-        colour = phase_colour(c, order)
+        colour = phase_colour(c)
         ax_abs.barh(y, v, left=left, color=colour, edgecolor="white", height=0.6)
         share = v / whole if whole > 0 else 0.0
         rel_left = left / whole if whole > 0 else 0.0

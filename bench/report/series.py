@@ -18,6 +18,7 @@ import pandas as pd
 from bench.procs.events import read_events
 from bench.results.reader import Run, flatten
 from bench.scenario.figures import outcomes_text, phase_name
+from bench.scenario.loader import known_phases
 
 #: Colour-blind-safe qualitative palette (Okabe-Ito), then matplotlib's tab10.
 PALETTE = (
@@ -46,8 +47,10 @@ PHASE_COLOURS = {
     "restore": "#009E73",
     "catchup": "#CC79A7",
 }
-#: Phases other strategies add (restart: agent, teardown, spawn, import...): hues apart
-#: from the five above first (Paul Tol's muted palette and a few more).
+#: Phases other strategies add (restart: agent, teardown, spawn, import...), one each in
+#: the order of :func:`bench.scenario.loader.known_phases`: hues apart from the five above
+#: (Paul Tol's muted and light palettes, then matplotlib's tab20 darks), never repeated
+#: while there are fewer phases than colours.
 EXTRA_PHASE_COLOURS = (
     "#88CCEE",
     "#332288",
@@ -55,12 +58,24 @@ EXTRA_PHASE_COLOURS = (
     "#882255",
     "#999933",
     "#8c564b",
-    "#BBBBBB",
     "#117733",
     "#AA4499",
     "#44AA99",
-    "#6699CC",
     "#997700",
+    "#BBBBBB",
+    "#6699CC",
+    "#EE8866",
+    "#1f77b4",
+    "#bcbd22",
+    "#7f7f7f",
+    "#17becf",
+    "#e377c2",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#5254a3",
 )
 
 
@@ -85,12 +100,15 @@ class Series:
         return outcomes_text(self.run.outcomes(self.point_hash))
 
 
-def phase_colour(column: str, order: list[str]) -> str:
+def phase_colour(column: str) -> str:
+    """One colour per phase name, the same in every plot of every report."""
     name = phase_name(column)
     if name in PHASE_COLOURS:
         return PHASE_COLOURS[name]
-    extras = [c for c in order if phase_name(c) not in PHASE_COLOURS]
-    return EXTRA_PHASE_COLOURS[extras.index(column) % len(EXTRA_PHASE_COLOURS)] if column in extras else "#999999"
+    extras = [p for p in known_phases() if p not in PHASE_COLOURS]
+    if name in extras:
+        return EXTRA_PHASE_COLOURS[extras.index(name) % len(EXTRA_PHASE_COLOURS)]
+    return "#999999"  # a phase no registered strategy declares (an old run's)
 
 
 def run_tags(runs: list[Run]) -> list[str]:

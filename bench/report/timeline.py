@@ -32,9 +32,9 @@ def _steps(series: Series, trial: int, reference: bool = False) -> pd.DataFrame:
     return sel if reference else sel[sel["trial"] == trial]
 
 
-def _shade(ax: Axes, marks: TrialMarks, order: list[str]) -> None:
+def _shade(ax: Axes, marks: TrialMarks) -> None:
     for span in marks.spans:
-        ax.axvspan(span.start, span.end, color=phase_colour(span.column, order), alpha=0.35, lw=0)
+        ax.axvspan(span.start, span.end, color=phase_colour(span.column), alpha=0.35, lw=0)
     for t, _ in marks.injections:
         ax.axvline(t, color="#B00020", lw=1.6, ls="--")
 
@@ -54,7 +54,7 @@ def timeline(series: Series, path: Path) -> tuple[Path | None, str]:
     ax_full, ax_zoom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 1.2]})
     ranks = sorted(steps["rank"].unique())
     for ax in (ax_full, ax_zoom):
-        _shade(ax, marks, order)
+        _shade(ax, marks)
         for i, rank in enumerate(ranks):
             r = steps[steps["rank"] == rank].sort_values("t_s")
             colour = RANK_COLOURS[i % len(RANK_COLOURS)]
@@ -85,7 +85,7 @@ def timeline(series: Series, path: Path) -> tuple[Path | None, str]:
         )
     handles, _ = ax_full.get_legend_handles_labels()
     handles += [
-        Patch(color=phase_colour(c, order), alpha=0.45, label=phase_name(c))
+        Patch(color=phase_colour(c), alpha=0.45, label=phase_name(c))
         for c in order
         if any(s.column == c for s in marks.spans)
     ]

@@ -125,3 +125,13 @@ def test_several_runs_are_told_apart(tmp_path: Path) -> None:
 def test_cli_report_bad_dir(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert r.exit_code == 2 and "run.json" in r.stderr
+
+
+def test_every_phase_has_a_colour_of_its_own() -> None:
+    # Two phases sharing a colour (abort and import once did) make a stacked bar unreadable.
+    from bench.report.series import phase_colour
+    from bench.scenario.figures import phase_column
+    from bench.scenario.loader import known_phases
+
+    colours = [phase_colour(phase_column(p)) for p in known_phases()]
+    assert len(set(colours)) == len(colours)
