@@ -220,7 +220,7 @@ def phase_bars(series: list[Series], path: Path) -> Path | None:
     ax_abs, ax_rel = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     ys = np.arange(len(rows))[::-1]
     for y, row in zip(ys, rows, strict=True):
-        _phase_bar(ax_abs, ax_rel, y, row, order)
+        _phase_bar(ax_abs, ax_rel, y, row)
     labels = [s.name for s, *_ in rows]
     ax_abs.set_yticks(ys, labels, fontsize=8)
     ax_rel.set_yticks(ys, [""] * len(rows))
@@ -256,7 +256,7 @@ def _phase_rows(series: list[Series], order: list[str]) -> list[PhaseRow]:
     return rows
 
 
-def _phase_bar(ax_abs: Axes, ax_rel: Axes, y: float, row: PhaseRow, order: list[str]) -> None:
+def _phase_bar(ax_abs: Axes, ax_rel: Axes, y: float, row: PhaseRow) -> None:
     """One series' stacked phases, in seconds (left) and as shares (right)."""
     s, meds, n, total = row
     left = 0.0
