@@ -185,3 +185,15 @@ def test_shapes_that_cannot_be_built_are_refused(knobs: dict[str, Any], key: str
     with pytest.raises(ConfigError) as info:
         parse(_scenario("failstop", **knobs), file="t.toml")
     assert info.value.key == key
+
+
+def test_faults_inside_collectives_are_refused_under_fsdp() -> None:
+    """FSDP2's collectives bypass the rank-side hooks: such a fault would never act."""
+    hang = _scenario("failstop", parallelism="fsdp") | {
+        "faults": [{"kind": "hang", "duration_s": 2, "target": {"ranks": [1]}, "trigger": {"at_step": 5}}]
+    }
+    with pytest.raises(ConfigError) as info:
+        parse(hang, file="t.toml")
+    assert info.value.key == "faults.0.kind"
+    hang["workload"]["parallelism"] = "ddp"
+    parse(hang, file="t.toml")

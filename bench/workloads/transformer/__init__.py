@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from bench.scenario.config import ConfigError, bounded
+from bench.scenario.faults import FAULTS
 from bench.scenario.workload import WORKLOADS, WorkloadPlugin
 
 if TYPE_CHECKING:
@@ -82,6 +83,16 @@ def check(scenario: Scenario, file: str) -> None:
         )
     if p.parallelism == "ddp":
         return
+    for i, f in enumerate(scenario.faults):
+        if FAULTS[f.kind].rank_side:
+            raise ConfigError(
+                file,
+                f"faults.{i}.kind",
+                f"a fault that acts from outside the rank with workload.parallelism = {p.parallelism!r}: "
+                "FSDP2's all-gathers and reduce-scatters are its own torch.distributed calls, which ftbench's "
+                "rank-side hooks do not sit in (the fault would never act)",
+                f.kind,
+            )
     strategy = scenario.recovery.strategy
     if strategy in SHARDED_OK:
         return
