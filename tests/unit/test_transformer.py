@@ -197,3 +197,32 @@ def test_faults_inside_collectives_are_refused_under_fsdp() -> None:
     assert info.value.key == "faults.0.kind"
     hang["workload"]["parallelism"] = "ddp"
     parse(hang, file="t.toml")
+
+
+def test_the_report_tables_the_data_position_only_where_a_workload_reports_it(tmp_path: Path) -> None:
+    from bench.report import datapos
+    from bench.report.blocks import Report
+    from bench.report.series import build_series
+    from bench.results.reader import load as load_run
+    from tests.unit.runfactory import trial, write_run
+
+    tokens = {"tokens_per_s": 5000.0, "tokens_skipped": 0.0}
+    run = write_run(
+        tmp_path,
+        "tx",
+        {
+            "strategy=restart": [
+                trial(0.01, 9.0, tokens_repeated=0.0, loss_delta=0.0, **tokens),
+                trial(0.01, 9.0, tokens_repeated=512.0, loss_delta=0.01, **tokens),
+                trial(0.01, 9.0, tokens_repeated=0.0, loss_delta=0.0, **tokens),
+            ],
+        },
+    )
+    (row,) = datapos.table(build_series([load_run(run)])).to_dict("records")
+    assert row["tokens/s (fault-free)"] == "5,000 (n=3)"
+    assert row["tokens repeated"] == "512 (n=3)", "one trial that lost its place is what the row shows"
+    assert row["tokens skipped"] == "0 (n=3)"
+    plain = write_run(tmp_path / "plain", "kill", {"strategy=failstop": [trial(0.01)]})
+    empty = Report()
+    datapos.section(empty, build_series([load_run(plain)]))
+    assert empty.blocks == []
