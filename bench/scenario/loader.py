@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.scenario import figures, limits
+from bench.scenario import figures, limits, memory
 from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, show, to_dict
 from bench.scenario.faults import FAULTS, FaultSpec, check_fault
 from bench.scenario.model import (
@@ -326,7 +326,8 @@ def _cross_check(s: Scenario, file: str) -> None:
         )
     declared = WORKLOADS[w.kind]
     if isinstance(declared, WorkloadPlugin) and declared.check is not None:
-        declared.check(s, file)  # first: its reason is more precise than a strategy's list of kinds
+        declared.check(s, file)
+    memory.check(s, file)  # first: its reason is more precise than a strategy's list of kinds
     _check_strategy(s, file)
     try:
         parse_requirements(s.launch.env)

@@ -8,13 +8,26 @@ A workload is declared as a :class:`WorkloadPlugin`: its knobs (validated from
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from bench.scenario.registry import Plugin, Registry
 
 if TYPE_CHECKING:
     from bench.scenario.model import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What one rank of a workload holds beyond an idle rank, by part."""
+
+    knob: str
+    """The ``[workload]`` key that sizes it most (named in the refusal)."""
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,6 +38,9 @@ class WorkloadPlugin(Plugin):
     """Further checks of a point (raising ConfigError), run before the strategy's: a
     workload whose state layout only some stacks can recover (a sharded model) refuses
     the others here, since a strategy cannot know every workload's layout."""
+    memory: Callable[[Any, int], Estimate] | None = None
+    """What one rank holds beyond an idle rank, from the knobs and the world size
+    (:mod:`bench.scenario.memory`): a point that cannot fit the machine is refused."""
 
 
 WORKLOADS: Registry[Plugin] = Registry("workload")

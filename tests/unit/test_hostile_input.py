@@ -407,3 +407,27 @@ def test_a_gate_on_a_phase_no_strategy_has_is_refused(workdir: Path, where: str)
         load(path)
     path.write_text(GATE_ONLY + where.format(m="phase_restore_s"))
     load(path)
+
+
+MEMORY = """
+name = "m"
+[workload]
+kind = "{kind}"
+world_size = 4
+steps = 20
+{knob} = {value}
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "knob", "value"),
+    [("allreduce", "size_bytes", 1_000_000_000_000_000)],
+)
+def test_a_point_that_cannot_fit_in_memory_is_refused_with_the_estimate(
+    workdir: Path, kind: str, knob: str, value: int
+) -> None:
+    path = workdir / "memory.toml"
+    path.write_text(MEMORY.format(kind=kind, knob=knob, value=value))
+    with pytest.raises(ConfigError, match=r"fit this machine: about .* per rank .* over 90% of .*\(\d") as info:
+        load(path)
+    assert info.value.key == f"workload.{knob}"

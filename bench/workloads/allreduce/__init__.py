@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.scenario.config import bounded
-from bench.scenario.registry import Plugin
-from bench.scenario.workload import WORKLOADS
+from bench.scenario.workload import WORKLOADS, Estimate, WorkloadPlugin
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,11 +16,17 @@ class AllReduceParams:
     """Verify every result against the expected sum, so wrong data cannot pass unseen."""
 
 
+def memory(params: AllReduceParams, world_size: int) -> Estimate:
+    """The tensor, the expected result it is checked against, and gloo's receive buffer."""
+    return Estimate(knob="size_bytes", parts={"tensors": 3.0 * params.size_bytes})
+
+
 WORKLOADS.register(
-    Plugin(
+    WorkloadPlugin(
         name="allreduce",
         params=AllReduceParams,
         impl="bench.workloads.allreduce.impl:AllReduceWorkload",
+        memory=memory,
         summary="loop of all_reduce; time, algbw and busbw as nccl-tests computes them",
     )
 )
