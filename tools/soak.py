@@ -1,16 +1,18 @@
 """Soak the harness's promises: interrupt runs at random and check that nothing is left
 and nothing is lost.
 
-    .venv/bin/python tools/soak.py --rounds 30 [--out DIR] [--seed 0]
+    .venv/bin/python tools/soak.py --rounds 30 [--out DIR] [--seed 0] [--scenarios kill,partition,hosts]
 
-Each round starts ``ftbench run`` on one of two scenarios in turn (a SIGKILL of one of
-four DDP ranks under fail-stop and reinit; a partition of one host under reinit, which
-needs root for network namespaces), sends the harness SIGKILL, SIGINT or SIGTERM at a
-random moment, and checks, 2 s after the harness is gone: no process of the run, no
-network namespace, link, firewall rule or qdisc of ftbench's. Then it resumes the run
-(``ftbench run --resume``) to completion and checks that every trial of every point is
-in trials.jsonl exactly once, whole. It prints one line per round and a summary, and
-exits 1 if any check failed.
+Each round starts ``ftbench run`` on one of the scenarios in turn (a SIGKILL of one of
+four DDP ranks under fail-stop and reinit; a partition of one host under reinit; two
+hosts with agents of their own, a host's ranks killed under reinit; the last two need
+root for network and time namespaces) and, at a random moment, kills what the round's
+victim says: the harness (SIGKILL, SIGINT or SIGTERM in turn); on two hosts also one
+host agent (SIGKILL), or an agent and then the harness. It checks, 2 s after the harness
+is gone: no process of the run, no network namespace, link, firewall rule or qdisc of
+ftbench's. Then it resumes the run (``ftbench run --resume``) to completion and checks
+that every trial of every point is in trials.jsonl exactly once, whole. It prints one
+line per round and a summary, and exits 1 if any check failed.
 """
 
 from __future__ import annotations
@@ -70,7 +72,30 @@ trials = 3
 deadline_s = 60
 """
 
+TWO_HOSTS = """
+name = "soak-hosts"
+[workload]
+kind = "ddp"
+world_size = 4
+steps = 150
+pg_timeout_s = 5
+[launch]
+ranks_per_host = 2
+agents = true
+[[faults]]
+kind = "kill"
+target = { host = 1 }
+trigger = { at_step = 50, jitter = "step" }
+[recovery]
+strategy = "reinit"
+[measure]
+trials = 3
+deadline_s = 60
+"""
+
 SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM)
+VICTIMS = ("harness", "agent", "both")
+"""What a two-host round kills, in turn: the harness, one host agent, or an agent then the harness."""
 
 
 def runs_of(harness: int) -> set[str]:
@@ -123,7 +148,22 @@ def completeness(run: Path) -> tuple[int, int, int]:
     return expected, whole, bad
 
 
-def one_round(i: int, scenario: Path, rng: random.Random, out: Path) -> dict[str, object]:
+def agents_of(runs: set[str]) -> list[int]:
+    """Live host agents (``python -m bench host``) of the given runs."""
+    found = []
+    for pid, run in marked().items():
+        if run not in runs or not alive(pid):
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bench" in argv and b"host" in argv:
+            found.append(pid)
+    return found
+
+
+def one_round(i: int, scenario: Path, rng: random.Random, out: Path, victim: str) -> dict[str, object]:
     sig = SIGNALS[i % len(SIGNALS)]
     before = set(marked())
     harness = subprocess.Popen(
@@ -136,10 +176,15 @@ def one_round(i: int, scenario: Path, rng: random.Random, out: Path) -> dict[str
     wait = rng.uniform(3.0, 25.0)
     time.sleep(wait)
     ours = runs_of(harness.pid)
-    if harness.poll() is None:
+    agents = agents_of(ours) if victim != "harness" else []
+    if agents:
+        os.kill(rng.choice(agents), signal.SIGKILL)
+    if harness.poll() is None and victim != "agent":
+        if victim == "both":
+            time.sleep(rng.uniform(0.0, 2.0))
         harness.send_signal(sig)
     try:
-        harness.wait(timeout=90)
+        harness.wait(timeout=90 if victim != "agent" else 600)
     except subprocess.TimeoutExpired:
         harness.kill()
         harness.wait()
@@ -157,7 +202,8 @@ def one_round(i: int, scenario: Path, rng: random.Random, out: Path) -> dict[str
     return {
         "round": i + 1,
         "scenario": scenario.stem,
-        "signal": signal.Signals(sig).name,
+        "victim": victim if victim == "harness" or agents else f"{victim} (no agent was up)",
+        "signal": signal.Signals(sig).name if victim != "agent" else "-",
         "after_s": round(wait, 1),
         "processes_left": len(left),
         "network_left": len(net),
@@ -174,22 +220,30 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--scenarios", default="kill,partition,hosts", help="which, comma-separated")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     base = args.out or Path(tempfile.mkdtemp(prefix="ftbench-soak-"))
-    scenarios = [base / "soak-kill.toml"]
-    scenarios[0].parent.mkdir(parents=True, exist_ok=True)
-    scenarios[0].write_text(KILL)
-    if os.geteuid() == 0:
-        scenarios.append(base / "soak-partition.toml")
-        scenarios[1].write_text(PARTITION)
+    base.mkdir(parents=True, exist_ok=True)
+    texts = {"kill": KILL, "partition": PARTITION, "hosts": TWO_HOSTS}
+    scenarios = []
+    for name in args.scenarios.split(","):
+        if name not in texts:
+            ap.error(f"--scenarios: {name!r} is none of {', '.join(texts)}")
+        if name != "kill" and os.geteuid() != 0:
+            print(f"soak: {name} needs root (namespaces); left out", file=sys.stderr)
+            continue
+        scenarios.append(base / f"soak-{name}.toml")
+        scenarios[-1].write_text(texts[name])
     results = []
     for i in range(args.rounds):
-        r = one_round(i, scenarios[i % len(scenarios)], rng, base / f"round{i + 1:02d}")
+        scenario = scenarios[i % len(scenarios)]
+        victim = VICTIMS[(i // len(scenarios)) % len(VICTIMS)] if scenario.stem == "soak-hosts" else "harness"
+        r = one_round(i, scenario, rng, base / f"round{i + 1:02d}", victim)
         results.append(r)
         print(json.dumps(r), flush=True)
     failed = [r for r in results if not r["ok"]]
-    signals = Counter(str(r["signal"]) for r in results)
+    signals = Counter(str(r["victim"]) + ("" if r["signal"] == "-" else f" {r['signal']}") for r in results)
     print(
         f"soak: {len(results)} rounds ({', '.join(f'{k} {v}' for k, v in sorted(signals.items()))}); "
         f"processes left {sum(int(str(r['processes_left'])) for r in results)}, network state left "
