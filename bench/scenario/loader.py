@@ -326,8 +326,8 @@ def _cross_check(s: Scenario, file: str) -> None:
         )
     declared = WORKLOADS[w.kind]
     if isinstance(declared, WorkloadPlugin) and declared.check is not None:
-        declared.check(s, file)
-    memory.check(s, file)  # first: its reason is more precise than a strategy's list of kinds
+        declared.check(s, file)  # first: its reason is more precise than a strategy's list of kinds
+    memory.check(s, file)
     _check_strategy(s, file)
     try:
         parse_requirements(s.launch.env)

@@ -226,3 +226,18 @@ def test_the_report_tables_the_data_position_only_where_a_workload_reports_it(tm
     empty = Report()
     datapos.section(empty, build_series([load_run(plain)]))
     assert empty.blocks == []
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_memory_estimate_counts_the_model_it_builds(tied: bool) -> None:
+    from bench.workloads.transformer import parameters
+
+    p = TransformerParams(layers=3, width=24, heads=2, seq_len=10, vocab=50, tied=tied)
+    assert parameters(p)[0] == sum(q.numel() for q in build(p, 0).parameters())
+
+
+def test_a_transformer_too_big_for_the_machine_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(_scenario("failstop", width=8192, layers=64, vocab=1 << 20), file="t.toml")
+    assert info.value.key.startswith("workload.") and "fit this machine" in info.value.expected
+    parse(_scenario("failstop"), file="t.toml")

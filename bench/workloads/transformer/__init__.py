@@ -9,12 +9,13 @@ recover it, with the reason, before anything is launched (docs/workloads.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from bench.scenario.config import ConfigError, bounded
 from bench.scenario.faults import FAULTS
-from bench.scenario.workload import WORKLOADS, WorkloadPlugin
+from bench.scenario.workload import WORKLOADS, Estimate, WorkloadPlugin
 
 if TYPE_CHECKING:
     from bench.scenario.model import Scenario
@@ -110,6 +111,29 @@ def check(scenario: Scenario, file: str) -> None:
     raise ConfigError(file, "workload.parallelism", f"'ddp' with strategy {strategy}: {why}", p.parallelism)
 
 
+def parameters(p: TransformerParams) -> tuple[int, int]:
+    """(all parameters, those of the root: embedding, positions, final norm, untied head)."""
+    root = p.vocab * p.width + p.seq_len * p.width + 2 * p.width + (0 if p.tied else p.vocab * p.width)
+    block = 12 * p.width * p.width + 13 * p.width  # qkv, proj, 4x MLP up and down, two norms
+    return root + p.layers * block, root
+
+
+def memory(p: TransformerParams, world_size: int) -> Estimate:
+    """fp32 weights, gradients and AdamW's two moments (16 bytes a parameter; under
+    fsdp/hsdp each rank holds its share, plus the root's whole weights and gradient while
+    gathered), and one rank's activations: per token each block keeps ~20 widths, the
+    head 3 vocabularies, and attention a heads x seq_len score row per token."""
+    total, root = parameters(p)
+    sharded = p.parallelism != "ddp"
+    shard = world_size // math.gcd(p.replicas, world_size) if p.parallelism == "hsdp" else world_size
+    state = 16.0 * total / shard + 8.0 * root if sharded else 20.0 * total  # ddp: + its gradient buckets
+    tokens = p.batch_per_rank * p.seq_len
+    acts = 4.0 * tokens * (p.layers * 20 * p.width + 3 * p.vocab)
+    scores = 8.0 * tokens * p.heads * p.seq_len * p.layers
+    knob = "seq_len" if scores > max(state, acts) else ("vocab" if 2 * root > total else "width")
+    return Estimate(knob=knob, parts={"weights and optimizer": state, "activations": acts, "attention": scores})
+
+
 WORKLOADS.register(
     WorkloadPlugin(
         name="transformer",
@@ -117,5 +141,6 @@ WORKLOADS.register(
         impl="bench.workloads.transformer.impl:TransformerWorkload",
         summary="decoder-only LM on seeded token streams under DDP, FSDP2 or HSDP; tokens/s, data position",
         check=check,
+        memory=memory,
     )
 )
