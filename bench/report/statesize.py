@@ -95,8 +95,9 @@ def plot(trials: pd.DataFrame, fits: list[StateFit], path: Path) -> Path | None:
         for s, (xs, ys) in pts.items():
             if not xs:
                 continue
-            ax.scatter(xs, [max(y, 1e-6) for y in ys], s=14, color=colours[s], alpha=0.8, label=s)
             f = by_key.get((s, phase))
+            label = s if f is None else f"{s}: {f.s_per_gb:.3g} s/GB"
+            ax.scatter(xs, [max(y, 1e-6) for y in ys], s=14, color=colours[s], alpha=0.8, label=label)
             if f is not None:
                 grid = np.geomspace(f.min_bytes, f.max_bytes, 50)
                 line = f.intercept_s + f.s_per_gb * grid / GB

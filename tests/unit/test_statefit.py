@@ -15,7 +15,8 @@ import torch
 from bench.results.statefit import GB, StateFit, fit_state_phases, varies
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import load
-from bench.workloads.ddp import STATE_BYTES_PER_PARAM, DDPParams, mlp_params, rank_memory_bytes, state_params
+from bench.scenario.memory import machine_limit
+from bench.workloads.ddp import STATE_BYTES_PER_PARAM, DDPParams, memory, mlp_params, state_params
 from bench.workloads.ddp.impl import DDPWorkload
 
 SIZES = (0.5e6, 10e6, 100e6, 1000e6)
@@ -128,15 +129,33 @@ def test_validate_refuses_a_state_that_cannot_fit(write_scenario) -> None:  # ty
     """
     assert load(write_scenario(text.format(mb=10), name="ok.toml"))
     huge = DDPParams(state_mb=65536)
-    if 4 * rank_memory_bytes(huge, 4) < _memory():
+    if 4 * memory(huge, 4).total < machine_limit()[0]:
         pytest.skip("this machine has room for 4 ranks of 64 GB of state")
     path: Path = write_scenario(text.format(mb=65536), name="big.toml")
     with pytest.raises(ConfigError) as info:
         load(path)
-    assert "big.toml: workload.state_mb" in str(info.value) and "GiB" in str(info.value)
+    assert "big.toml: workload.state_mb" in str(info.value) and "a state in flight" in str(info.value)
 
 
-def _memory() -> int:
-    import os
+def test_report_has_the_state_size_section_only_where_bytes_vary(tmp_path: Path) -> None:
+    from bench.report import make_report
+    from tests.unit.runfactory import trial, write_run
 
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    def rows_of(slope: float) -> list[dict]:
+        return [
+            trial(0.01, 0.5 + slope * b / GB, restore_s=0.05 + slope * b / GB * (1 + k / 50), restore_bytes=b)
+            for b in SIZES
+            for k in range(2)
+        ]
+
+    swept = write_run(
+        tmp_path / "a", "state-scaling", {"strategy=restart": rows_of(1.0), "strategy=reinit": rows_of(0.2)}
+    )
+    files = make_report([swept])
+    md = files.markdown.read_text()
+    assert "## Phase time against state size" in md
+    assert "| restart | restore |" in md and "| reinit | restore |" in md
+    png = [p for p in files.images if p.name.startswith("statesize_")]
+    assert len(png) == 1 and png[0].read_bytes()[:4] == b"\x89PNG"
+    flat = write_run(tmp_path / "b", "kill", {"strategy=reinit": [trial(0.01, 0.04) for _ in range(4)]})
+    assert "state size" not in make_report([flat]).markdown.read_text()

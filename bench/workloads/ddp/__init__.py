@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from bench.scenario.config import ConfigError, bounded
-from bench.scenario.workload import WORKLOADS, WorkloadPlugin
-
-if TYPE_CHECKING:
-    from bench.scenario.model import Scenario
+from bench.scenario.config import bounded
+from bench.scenario.workload import WORKLOADS, Estimate, WorkloadPlugin
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,50 +70,29 @@ def state_params(p: DDPParams) -> int:
     return mlp_params(p) + ((p.in_features + 1) * p.hidden + w * (p.hidden + 2) if w else 0)
 
 
-def rank_memory_bytes(p: DDPParams, world_size: int) -> int:
-    """A deliberately generous estimate of one rank's peak memory beyond torch itself,
-    for validate (not a figure): parameters, gradients (DDP's buckets, which the
-    gradients are views of when the branch exists), momentum, a state copy in flight
-    (checkpoint load, a peer's state, the optimizer's load copy: two tensors per
-    parameter), a retired generation's buckets (reinit keeps the old DDP wrapper
-    alive), and the branch's activations for a survivor's larger share of the batch."""
+def memory(p: DDPParams, world_size: int) -> Estimate:
+    """What one rank holds (:mod:`bench.scenario.memory`), generous on purpose where the
+    state is sized, since 4 ranks of 1 GB are close to a 24 GB machine: parameters,
+    gradients (DDP's buckets, which the gradients are views of when the branch exists),
+    momentum, a state copy in flight (a checkpoint or a peer's state being loaded, two
+    tensors per parameter, and the optimizer's own copy of the momentum it loads), a
+    retired generation's buckets (reinit keeps the old DDP wrapper alive), and
+    activations for a survivor's larger share of the batch. A restart at 1 GB peaked at
+    3.9 GB resident per rank against this estimate's 3.5 GB plus an idle rank's 0.4 GB."""
+    n = 4.0 * state_params(p)
     share = -(-world_size * p.batch_per_rank // max(1, world_size - 1))
-    activations = 4 * share * (state_width(p) + p.hidden) * 4
-    return 4 * state_params(p) * 6 + activations
-
-
-def check(scenario: Scenario, file: str) -> None:
-    """Refuse a state that cannot fit in this machine's memory with every rank of the
-    world on it (simulated hosts share this machine; a run across real machines is
-    judged as if it were here too: an over-cautious refusal, never a swapping run)."""
-    p: DDPParams = scenario.workload.params
-    if p.state_mb <= 0:
-        return
-    world = scenario.workload.world_size
-    per_host = world
-    need = per_host * (rank_memory_bytes(p, world) + TORCH_RANK_BYTES)
-    have = physical_memory()
-    if have and need > have:
-        raise ConfigError(
-            file,
-            "workload.state_mb",
-            f"a state that fits this machine's memory: {per_host} ranks here need about "
-            f"{need / 2**30:.1f} GiB (parameters, gradients, momentum, a copy in flight, activations) "
-            f"and it has {have / 2**30:.1f} GiB",
-            p.state_mb,
-        )
-
-
-#: What a rank's torch, gloo and ftbench take before any state (measured RSS ~300 MB).
-TORCH_RANK_BYTES = 400 * 2**20
-
-
-def physical_memory() -> int:
-    """Bytes of memory on this machine, 0 where the platform does not say."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 0
+    width = p.hidden * (p.layers + 1) + state_width(p)
+    return Estimate(
+        knob="state_mb" if p.state_mb > 0 else "hidden",
+        parts={
+            "parameters": n,
+            "gradients": n,
+            "momentum": n,
+            "a state in flight": 3 * n,
+            "retired buckets": n,
+            "activations": 4.0 * share * width * 4,
+        },
+    )
 
 
 WORKLOADS.register(
@@ -127,6 +101,6 @@ WORKLOADS.register(
         params=DDPParams,
         impl="bench.workloads.ddp.impl:DDPWorkload",
         summary="MLP trained with DistributedDataParallel on seeded synthetic data",
-        check=check,
+        memory=memory,
     )
 )
