@@ -230,18 +230,45 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
 @cli.command()
 @click.argument("run_dir")
 @click.option("--scaling", help="Run of a world-size sweep (scenario phase-scaling) to fit phase growth on.")
+@click.option(
+    "--tax",
+    default="auto",
+    show_default=True,
+    help="resilience-tax run giving each stack's fault-free step-time tax; auto: the newest one beside RUN_DIR's "
+    "scenario directory, if any; none: assume no tax.",
+)
+@click.option(
+    "--state",
+    default="auto",
+    show_default=True,
+    help="state-scaling run whose fits size checkpoint writes and restores (with --set model_params=...); "
+    "auto / none as for --tax.",
+)
 @click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False, path_type=Path), help="Cluster TOML file.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a cluster key (docs/project.md).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where project.md/png go [RUN/project].")
 @errors
 def project(
-    run_dir: str, scaling: str | None, cluster_file: Path | None, sets: tuple[str, ...], out: Path | None
+    run_dir: str,
+    scaling: str | None,
+    tax: str,
+    state: str,
+    cluster_file: Path | None,
+    sets: tuple[str, ...],
+    out: Path | None,
 ) -> None:
     """Effective training time of each strategy at cluster scale (1K-100K GPUs), from
-    RUN_DIR's measured recovery, with bands and every assumption printed."""
-    from bench.project import assumptions, build, render
+    RUN_DIR's measured recovery, each stack's fault-free tax and its state-moving costs,
+    with bands and every input said to be measured or assumed."""
+    from bench.project import assumptions, build, inputs, render
 
-    res = build(open_run(run_dir), assumptions.cluster(cluster_file, sets), open_run(scaling) if scaling else None)
+    run = open_run(run_dir)
+    measured = inputs.gather(
+        inputs.locate(tax, run, inputs.TAX_SCENARIO, "--tax"),
+        inputs.locate(state, run, inputs.STATE_SCENARIO, "--state"),
+    )
+    cluster = assumptions.cluster(cluster_file, sets)
+    res = build(run, cluster, open_run(scaling) if scaling else None, inputs=measured)
     out = out or res.run.path / "project"
     png = render.plot(res, out / "project.png")
     click.echo(render.text(res))

@@ -7,6 +7,8 @@ Layer: above :mod:`bench.report` (whose plotting it shares) and :mod:`bench.resu
   and interval), defaults with their sources, TOML file and ``--set`` overrides;
 - :mod:`bench.project.source`: the points of a run, reduced to recovered trials' phases;
 - :mod:`bench.project.fit`: per-phase growth models fitted on a scaling run;
+- :mod:`bench.project.inputs`: each stack's measured fault-free tax and the seconds its
+  checkpoint writes and restores take per byte of state;
 - :mod:`bench.project.model`: lost time per failure, effective fraction, bootstrap band;
 - :mod:`bench.project.render`: the tables, the markdown page and the plot.
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import choose
+from bench.project.inputs import Inputs
 from bench.project.model import Projection, Scaling, project
 from bench.project.source import cores, points, scaling_data
 from bench.results.reader import Run
@@ -34,11 +37,18 @@ class Result:
     cluster: TargetCluster
     projections: list[Projection]
     scaling: Run | None
+    inputs: Inputs = field(default_factory=Inputs)
     notes: list[str] = field(default_factory=list)
 
 
 def build(
-    run: Run, cluster: TargetCluster, scaling: Run | None = None, *, replicates: int = 1000, seed: int = 0
+    run: Run,
+    cluster: TargetCluster,
+    scaling: Run | None = None,
+    *,
+    inputs: Inputs | None = None,
+    replicates: int = 1000,
+    seed: int = 0,
 ) -> Result:
     """Project every point of ``run`` onto ``cluster``; phases grow as fitted on the
     ``scaling`` run where it measured them, and are constant otherwise."""
@@ -93,5 +103,6 @@ def build(
             notes.append(f"{p.label}: phase growth taken from the scaling run's {', '.join(sorted(borrowed))} fault.")
         if scaling is not None and p.phases and not fits and not p.reason:
             notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy}: phases constant.")
-        out.append(project(p, cluster, fits, replicates=replicates, seed=seed))
-    return Result(run=run, cluster=cluster, projections=out, scaling=scaling, notes=notes)
+        out.append(project(p, cluster, fits, inputs=inputs, replicates=replicates, seed=seed))
+    inputs = inputs or Inputs()
+    return Result(run=run, cluster=cluster, projections=out, scaling=scaling, inputs=inputs, notes=notes)

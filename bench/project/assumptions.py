@@ -55,6 +55,18 @@ class TargetCluster:
     full_strength_s: float = 1_800.0
     """For stacks that go on with a smaller world and whose run measured no return to full
     strength (ttfs_s): seconds until a replacement host has joined."""
+    model_params: float | None = None
+    """Parameters of the model the cluster trains (``70e9``). With ``bytes_per_param`` it
+    sizes the state each GPU writes and restores, which a state-scaling run's fits turn
+    into seconds; unset, the state of the measured run is kept as it was."""
+    bytes_per_param: float = 14.0
+    """Bytes of checkpointed training state per parameter: bf16 weights (2), an fp32
+    master copy (4) and Adam's two moments (8); gradients are not saved."""
+    shard_gpus: int | None = None
+    """GPUs one copy of the state is sharded over (the FSDP / ZeRO-3 group): each holds
+    model_params x bytes_per_param / shard_gpus. Unset: the whole job (fully sharded)."""
+    state_bytes_per_gpu: float | None = None
+    """Bytes of state each GPU writes and restores; overrides model_params when given."""
     oversubscribed: Literal["measured", "per-core"] = "measured"
     """How a scaling run's phases measured with more ranks than cores are fitted:
     ``measured`` as they are (an upper bound on growth), ``per-core`` divided by
@@ -76,9 +88,18 @@ class TargetCluster:
         """lambda: failures per second of the whole job (every host fails independently)."""
         return self.hosts(gpus) * self.host_rate()
 
-    def interval(self, gpus: int) -> tuple[float, str]:
-        """tau for a job of ``gpus`` GPUs, and how it was chosen."""
-        delta = self.checkpoint_write_s
+    def state_bytes(self, gpus: int) -> float | None:
+        """Bytes of state per GPU in a job of ``gpus`` GPUs; None when no size was given."""
+        if self.state_bytes_per_gpu is not None:
+            return self.state_bytes_per_gpu
+        if self.model_params is None:
+            return None
+        return self.model_params * self.bytes_per_param / min(gpus, self.shard_gpus or gpus)
+
+    def interval(self, gpus: int, delta: float | None = None) -> tuple[float, str]:
+        """tau for a job of ``gpus`` GPUs whose writes take ``delta`` seconds (the
+        assumption ``checkpoint_write_s`` when no measurement gives one), and how it was chosen."""
+        delta = self.checkpoint_write_s if delta is None else delta
         if self.checkpoint_interval_s != "optimal":
             return float(self.checkpoint_interval_s), "given"
         mtbf = 1.0 / self.rate(gpus)
@@ -104,6 +125,10 @@ SOURCES: dict[str, str] = {
     "checkpoint_interval_s": "chosen to minimise lost time (interval_rule)",
     "interval_rule": "Daly (2006), a higher-order estimate of the optimum checkpoint interval; Young (1974)",
     "full_strength_s": "an assumption (time to bring a replacement host into a shrunken world): override it",
+    "model_params": "unset: the state size of the measured run",
+    "bytes_per_param": "mixed-precision Adam: bf16 weights 2 + fp32 master 4 + two fp32 moments 8",
+    "shard_gpus": "unset: the state is sharded over the whole job",
+    "state_bytes_per_gpu": "unset: model_params x bytes_per_param / shard_gpus",
     "oversubscribed": "phases fitted as measured, ranks sharing cores (per-core: the other bound)",
 }
 
@@ -119,6 +144,10 @@ def _expect(key: str) -> str:
         "interval_rule": '"daly" or "young"',
         "full_strength_s": "a number of seconds >= 0",
         "oversubscribed": '"measured" or "per-core"',
+        "model_params": "a positive number of parameters (70e9)",
+        "bytes_per_param": "a positive number of bytes",
+        "shard_gpus": "a positive integer",
+        "state_bytes_per_gpu": "a positive number of bytes",
     }[key]
 
 
@@ -148,6 +177,14 @@ def _check(file: str, key: str, v: Any) -> Any:
         ok = v in ("daly", "young")
     elif key == "oversubscribed":
         ok = v in ("measured", "per-core")
+    elif key in ("model_params", "state_bytes_per_gpu"):
+        ok = _number(v) and 0 < v <= 1e16
+        v = float(v) if ok else v
+    elif key == "bytes_per_param":
+        ok = _number(v) and 0 < v <= 64
+        v = float(v) if ok else v
+    elif key == "shard_gpus":
+        ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 10**8
     else:
         raise ConfigError(file, key, "one of " + ", ".join(f.name for f in fields(TargetCluster)), v)
     if not ok:

@@ -19,6 +19,13 @@ The fraction of wall time spent training is
 default). Each part's share of wall time is lambda L_i / (1 + lambda L) and the writes'
 is (1 - c) / (1 + lambda L), so the shares and E add up to 1.
 
+Where :mod:`bench.project.inputs` has measurements: delta is the stack's fitted write at
+the cluster's state per GPU (else the assumed ``checkpoint_write_s``), the restore phase
+is the fitted restore at that size (else as measured), and E is divided by the stack's
+fault-free step-time tax t (else 1): the time the failures leave is trained at 1/t of
+plain DDP's speed. The tax's share of wall time is E (t - 1), so the shares, the tax
+and E still add up to 1.
+
 The band: B bootstrap replicates, each resampling the point's recovered trials (their
 mean loss is the expected loss per fault) and, per phase with a scaling fit, the
 scaling run's trials within each world size (refitting the chosen model); the band is
@@ -34,13 +41,16 @@ import numpy as np
 
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import Choice, ModelName
+from bench.project.inputs import Inputs
 from bench.project.source import CATCHUP, PointFigures
 from bench.scenario.figures import phase_name
 
 #: Parts of the lost time, in the order tables list them.
-PARTS = ("detect", "recover", "replay", "degraded", "checkpoint")
+PARTS = ("detect", "recover", "replay", "degraded", "checkpoint", "tax")
 BAND = (5.0, 95.0)
 UNMEASURED = "constant (not measured at other sizes)"
+#: The phase a state fit replaces: the recovery's state transfer.
+RESTORE = "restore"
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,7 @@ def _parts(
     shifts: dict[str, np.ndarray],
     n: int,
     c: TargetCluster,
-    tau: float | None,
+    tau: float | np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     """Expected seconds lost per failure, by part: ``mean`` is (rows x phases) of mean
     phase seconds, ``degraded`` the mean degraded seconds per row (NaN: assumed)."""
@@ -144,14 +154,20 @@ def _parts(
 
 
 def _effective(
-    parts: dict[str, np.ndarray], rate: float, tau: float | None, delta: float
+    parts: dict[str, np.ndarray],
+    rate: float,
+    tau: float | np.ndarray | None,
+    delta: float | np.ndarray,
+    tax: float | np.ndarray = 1.0,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     lost = sum(parts.values(), np.zeros(1))
     denom = 1.0 + rate * lost
-    ckpt = tau / (tau + delta) if tau is not None and tau + delta > 0 else 1.0
+    ckpt = np.asarray(1.0) if tau is None else np.where(tau + delta > 0, tau / np.maximum(tau + delta, 1e-300), 1.0)
     shares = {k: rate * v / denom for k, v in parts.items()}
     shares["checkpoint"] = (1.0 - ckpt) / denom
-    return ckpt / denom, shares
+    untaxed = ckpt / denom
+    shares["tax"] = untaxed * (1.0 - 1.0 / np.asarray(tax))
+    return untaxed / tax, shares
 
 
 def project(
@@ -159,6 +175,7 @@ def project(
     cluster: TargetCluster,
     scaling: dict[str, Scaling],
     *,
+    inputs: Inputs | None = None,
     replicates: int = 1000,
     seed: int = 0,
 ) -> Projection:
@@ -167,6 +184,8 @@ def project(
     proj = Projection(point=point)
     if point.reason:
         return proj
+    inputs = inputs or Inputs()
+    tax, save, restore = (getattr(inputs, k).get(point.strategy) for k in ("tax", "save", "restore"))
     for ph in point.phases:
         s = scaling.get(ph)
         proj.models[ph] = f"{s.choice.fit.describe()} ({s.choice.reason})" if s else UNMEASURED
@@ -186,16 +205,26 @@ def project(
     b_coefs = {ph: s.coefs(rng, replicates) for ph, s in scaling.items()}
     coefs = {ph: s.coefs(None, 1) for ph, s in scaling.items()}
     mean, deg = point.values.mean(axis=0, keepdims=True), np.array([degraded.mean()])
+    b_tax = tax.draws(rng, replicates) if tax else np.ones(replicates)
+    restore_at = point.phases.index(RESTORE) if RESTORE in point.phases else None
     for n in cluster.gpus:
         rate = cluster.rate(n)
-        tau, how = cluster.interval(n) if point.checkpoints else (None, "no checkpoints")
+        nbytes = cluster.state_bytes(n)
+        delta, b_delta = cluster.checkpoint_write_s, np.full(replicates, cluster.checkpoint_write_s)
+        if save is not None and nbytes is not None and point.checkpoints:
+            delta, b_delta = save.at(nbytes), save.draws(nbytes, rng, replicates)
+        tau, how = cluster.interval(n, delta) if point.checkpoints else (None, "no checkpoints")
         b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
-        boot = _effective(
-            _parts(point, b_mean, b_deg, b_shifts, n, cluster, tau), rate, tau, cluster.checkpoint_write_s
-        )[0]
         shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
+        if restore is not None and nbytes is not None and restore_at is not None:
+            # The measured restore is replaced by the fit at the cluster's state size.
+            b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at]
+            shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]])
+        b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
+        b_parts = _parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
+        boot = _effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
         parts = _parts(point, mean, deg, shifts, n, cluster, tau)
-        eff, shares = _effective(parts, rate, tau, cluster.checkpoint_write_s)
+        eff, shares = _effective(parts, rate, tau, delta, tax.value if tax else 1.0)
         e = float(eff[0])
         low, high = (float(x) for x in np.percentile(boot, BAND)) if replicates else (e, e)
         proj.cells.append(

@@ -86,6 +86,68 @@ def models_lines(res: Result) -> list[str]:
     return out
 
 
+def inputs_table(res: Result) -> pd.DataFrame:
+    """Per strategy, whether the tax, the checkpoint write and the restore were measured
+    (and where) or assumed, at the cluster's largest size."""
+    c, inp = res.cluster, res.inputs
+    n = max(c.gpus)
+    nbytes = c.state_bytes(n)
+    rows = []
+    for st in dict.fromkeys(p.point.strategy for p in res.projections if not p.point.reason):
+        pt = next(p.point for p in res.projections if p.point.strategy == st and not p.point.reason)
+        tax = inp.tax.get(st)
+        save, restore = inp.save.get(st), inp.restore.get(st)
+        if not pt.checkpoints:
+            write = "none (writes no checkpoints)"
+        elif save is not None and nbytes is not None:
+            write = f"measured: {save.describe(nbytes)}"
+        else:
+            why = "no state size given" if nbytes is None else "no fit for this stack"
+            write = f"assumed: {c.checkpoint_write_s:g} s ({why})"
+        if "restore" not in pt.phases:
+            rest = "none (no restore phase)"
+        elif restore is not None and nbytes is not None:
+            rest = f"measured: {restore.describe(nbytes)}"
+        else:
+            rest = "as measured in the run (its own state size)"
+        rows.append(
+            {
+                "strategy": st,
+                "fault-free tax (step time / DDP's)": (
+                    f"measured: {tax.value:.3f} [{tax.low:.3f}–{tax.high:.3f}]" if tax else "assumed: 1 (none measured)"
+                ),
+                f"checkpoint write at {n:,} GPUs": write,
+                "restore": rest,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def inputs_lines(res: Result) -> list[str]:
+    """Which runs the measured inputs came from, and the state size they were taken at."""
+    inp, c = res.inputs, res.cluster
+    out = [
+        f"tax: {inp.tax_run}"
+        if inp.tax_run
+        else "tax: no resilience-tax run (--tax): every stack assumed as fast as DDP on a fault-free step",
+        f"state fits: {inp.state_run}"
+        if inp.state_run
+        else "state fits: no state-scaling run (--state): checkpoint writes take checkpoint_write_s",
+    ]
+    sizes = [(n, c.state_bytes(n)) for n in c.gpus]
+    if sizes[0][1] is not None:
+        out.append("state per GPU: " + ", ".join(f"{b / 1e9:.3g} GB at {n:,} GPUs" for n, b in sizes if b is not None))
+    writers = dict.fromkeys(p.point.strategy for p in res.projections if p.point.checkpoints and not p.point.reason)
+    assumed = [st for st in writers if st not in inp.save or sizes[0][1] is None]
+    if writers:
+        out.append(
+            f"checkpoint_write_s = {c.checkpoint_write_s:g} s is assumed for: {', '.join(assumed)}"
+            if assumed
+            else "checkpoint_write_s is not used: every checkpointing stack's write is measured"
+        )
+    return out + inp.notes
+
+
 def text_table(df: pd.DataFrame) -> str:
     """Aligned columns for a terminal."""
     if df.empty:
@@ -110,7 +172,9 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
     """E against cluster size, one panel per fault kind, bands shaded."""
     sizes = res.cluster.gpus
     grid = sorted({*sizes, *(round(float(x)) for x in np.geomspace(min(sizes), max(sizes), GRID))})
-    dense = build(res.run, replace(res.cluster, gpus=tuple(grid)), res.scaling, replicates=replicates)
+    dense = build(
+        res.run, replace(res.cluster, gpus=tuple(grid)), res.scaling, inputs=res.inputs, replicates=replicates
+    )
     faults = list(dict.fromkeys(p.point.fault for p in dense.projections))
     colours = {st: f"C{k % 10}" for k, st in enumerate(dict.fromkeys(p.point.strategy for p in dense.projections))}
     fig = Figure(figsize=(6.4 * len(faults), 8.0))
@@ -162,6 +226,11 @@ def text(res: Result) -> str:
         "",
         text_table(parts_table(res)),
         "",
+        "Measured and assumed inputs:",
+        "",
+        text_table(inputs_table(res)),
+        *(f"  {line}" for line in inputs_lines(res)),
+        "",
         "Assumptions:",
         *(f"  {line}" for line in lines(res.cluster)),
         *(f"  {line}" for line in res.notes),
@@ -188,6 +257,11 @@ def write(res: Result, out: Path, png: Path) -> Path:
         "## Where the time goes",
         "",
         markdown(parts_table(res)),
+        "## Measured and assumed inputs",
+        "",
+        markdown(inputs_table(res)),
+        *(f"- {line}" for line in inputs_lines(res)),
+        "",
         "## Assumptions",
         "",
         *(f"- {line}" for line in lines(res.cluster)),
