@@ -46,6 +46,9 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
   smallest of its detection timeouts that the harness records in ``trial_start``.
 - outcome ``corrupted``: nothing detected the fault, the job finished, and its final
   parameters are wrong: replicas disagree, or they differ from the reference's.
+- a rank the kernel's OOM killer ended (an ``oom_kill`` event: the harness reads the
+  kernel's log after each trial, :mod:`bench.procs.oom`) is named in every row's
+  ``error``, whatever the outcome: its SIGKILL is no fault ftbench injected.
 
 A figure that does not exist for an outcome is NaN, never 0.
 """
@@ -102,6 +105,11 @@ def fault_figures(
         outcome = "hung" if facts.hung else ("completed" if facts.completed else "failed")
         results.append(FaultFigures(fault=-1, kind="none", target="", outcome=outcome, figures=fig, phases={}))
     results.sort(key=lambda f: f.fault)
+    ooms = [e for e in events if e["event"] == "oom_kill"]
+    if ooms:  # not a fault ftbench injected: every row says so, whatever its outcome
+        note = "; ".join(f"rank {e['rank']} (pid {e['pid']}) was ended by the kernel's OOM killer" for e in ooms)
+        for r in results:
+            r.error = f"{note}; {r.error}" if r.error else note
     return results
 
 

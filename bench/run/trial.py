@@ -13,10 +13,12 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from bench.jobs.job import Job, TrialContext, TrialNetwork
 from bench.procs.events import Event, EventTail, EventWriter, read_clocks, read_events
+from bench.procs.oom import oom_killed
 from bench.procs.resources import Counter, Sampler
 from bench.results.derive import fault_figures
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
@@ -97,9 +99,22 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         job.close()
         if ctx.network is not None:
             ctx.network.destroy()
+        for rank, pid, message in _oom_kills(ctx.events_dir, start):
+            harness.emit("oom_kill", rank=rank, pid=pid, message=message)
         harness.emit("trial_end", outcome=outcome)
         harness.close()
     return _result(ctx, job, outcome, start, reference)
+
+
+def _oom_kills(events_dir: Path, since_ns: int) -> list[tuple[int, int, str]]:
+    """(rank, pid, the kernel's message) of each rank process the OOM killer ended
+    during the trial: its SIGKILL looks like any other, the kernel's log tells."""
+    pids: dict[int, int] = {}
+    for path in events_dir.glob("rank*-*.jsonl"):
+        rank, _, pid = path.stem.removeprefix("rank").partition("-")
+        if rank.isdigit() and pid.isdigit():
+            pids[int(pid)] = int(rank)
+    return [(pids[pid], pid, msg) for pid, msg in sorted(oom_killed(pids, since_ns=since_ns).items())]
 
 
 def _network(ctx: TrialContext) -> TrialNetwork | None:

@@ -1,0 +1,54 @@
+"""Which processes the kernel's OOM killer ended: read from the kernel's log.
+
+A rank the OOM killer ends dies of SIGKILL, exactly like a rank a ``kill`` fault ends,
+so its exit code cannot tell the two apart. The kernel says so in its log
+("Out of memory: Killed process PID (...)", "Memory cgroup out of memory: Killed process
+PID ..."), which ``/dev/kmsg`` serves record by record to root. Records older than the
+trial are ignored (a pid may have been used before), by their stamp: microseconds of the
+kernel's clock since boot, the clock CLOCK_MONOTONIC counts too (to within the kernel's
+bookkeeping; a second of slack is allowed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+KMSG = "/dev/kmsg"
+_KILLED = re.compile(rb"Killed process (\d+)")
+SLACK_NS = 1_000_000_000
+
+
+def oom_killed(pids: Iterable[int], *, since_ns: int = 0) -> dict[int, str]:
+    """pid -> the kernel's message, for each of ``pids`` the OOM killer ended after
+    ``since_ns`` (CLOCK_MONOTONIC); {} where the log cannot be read (not root)."""
+    wanted = set(pids)
+    found: dict[int, str] = {}
+    if not wanted:
+        return found
+    try:
+        fd = os.open(KMSG, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return found
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                break  # the end of the log
+            except OSError:
+                continue  # EPIPE: records were overwritten while reading; go on
+            if not record:
+                break
+            head, _, text = record.partition(b";")
+            m = _KILLED.search(text)
+            if m is None or int(m[1]) not in wanted:
+                continue
+            fields = head.split(b",")
+            stamp_ns = int(fields[2]) * 1000 if len(fields) > 2 and fields[2].isdigit() else 0
+            if stamp_ns + SLACK_NS >= since_ns:
+                found[int(m[1])] = text.split(b"\n", 1)[0].decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    return found
