@@ -421,7 +421,7 @@ steps = 20
 
 @pytest.mark.parametrize(
     ("kind", "knob", "value"),
-    [("allreduce", "size_bytes", 1_000_000_000_000_000)],
+    [("allreduce", "size_bytes", 1_000_000_000_000_000), ("ddp", "hidden", 1_000_000_000)],
 )
 def test_a_point_that_cannot_fit_in_memory_is_refused_with_the_estimate(
     workdir: Path, kind: str, knob: str, value: int
