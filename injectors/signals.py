@@ -1,5 +1,6 @@
-"""Process faults by signal: kill (SIGKILL, SIGTERM, SIGSEGV), stall (SIGSTOP/SIGCONT) and
-a whole host's loss (SIGKILL to everything of the host, run by its agent).
+"""Process faults by signal: kill (SIGKILL, SIGTERM, SIGSEGV), stall (SIGSTOP/SIGCONT), a
+drain (SIGTERM, then SIGKILL after a grace period) and a whole host's loss (SIGKILL to
+everything of the host, run by its agent).
 
 The caller stamps the injection time immediately before :meth:`inject`; the signal is
 queued by the kernel within microseconds of the ``kill(2)`` call.
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from injectors.base import Target
-from injectors.procfs import stat_fields
+from injectors.procfs import alive, stat_fields
 
 
 def _send(pids: Sequence[int], sig: int) -> list[int]:
@@ -45,6 +46,28 @@ class Kill:
 
     def undo(self) -> None:
         """Nothing to revert: a dead process stays dead."""
+
+
+class Drain:
+    """Planned maintenance, as a scheduler drains a node: SIGTERM now, and when the
+    grace period is over (the harness calls :meth:`undo` at ``duration_s``) SIGKILL
+    to whatever is still alive. A stack that checkpoints or hands off on SIGTERM has
+    the grace period to do it; one that ignores SIGTERM is killed at its end."""
+
+    def __init__(self, *, grace_s: float) -> None:
+        self.duration_s: float | None = grace_s
+        self._pids: list[int] = []
+        self.killed: list[int] = []
+
+    def inject(self, target: Target) -> dict[str, Any]:
+        self._pids = list(target.pids)
+        return {"signal": "SIGTERM", "grace_s": self.duration_s, "signalled": _send(self._pids, signal.SIGTERM)}
+
+    def undo(self) -> None:
+        """The grace period is over: SIGKILL what is left (idempotent)."""
+        left = [p for p in self._pids if alive(p)]
+        self.killed += _send(left, signal.SIGKILL)
+        self._pids = []
 
 
 class HostDown:

@@ -213,7 +213,8 @@ def _check_end(f: FaultSpec, *, deadline_s: float, file: str, where: str) -> Non
     firing (as far as the trigger fixes it) plus its ``duration_s``. A fault that
     would outlast the deadline measures the deadline, not a recovery."""
     trig = f.trigger
-    duration = getattr(f.params, "duration_s", None)
+    name = "duration_s" if hasattr(f.params, "duration_s") else "grace_s"  # a drain lasts its grace period
+    duration = getattr(f.params, name, None)
     duration = float(duration) if isinstance(duration, (int, float)) else 0.0
     if trig.after_s is not None:
         start, formula, key = trig.after_s, "trigger.after_s", "trigger.after_s"
@@ -222,13 +223,13 @@ def _check_end(f: FaultSpec, *, deadline_s: float, file: str, where: str) -> Non
     else:  # at a step, or at random: it may fire right after the first step
         start, formula, key = 0.0, "", "duration_s"
     if duration:
-        formula, key = f"{formula} + duration_s" if formula else "duration_s", "duration_s"
+        formula, key = f"{formula} + {name}" if formula else name, name
     if start + duration >= deadline_s:
         raise ConfigError(
             file,
             f"{where}.{key}",
             f"a fault that is over before measure.deadline_s ({deadline_s:g} s): {formula} = {start + duration:g} s",
-            getattr(f.params, "duration_s", None) if key == "duration_s" else getattr(trig, key.split(".")[1]),
+            getattr(f.params, name, None) if key == name else getattr(trig, key.split(".")[1]),
         )
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from bench.scenario.config import bounded
 from bench.scenario.faults import FAULTS, DurationParams, FaultKind
+from bench.scenario.limits import MAX_SECONDS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,6 +26,25 @@ FAULTS.register(
         family="process",
         hits_components=True,
         summary="SIGKILL / SIGTERM / SIGSEGV the target processes",
+    )
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DrainParams:
+    grace_s: float = bounded(10.0, gt=0, le=MAX_SECONDS)
+    """Seconds between SIGTERM and the SIGKILL of whatever is still alive (Slurm's
+    ``KillWait`` and Kubernetes' ``terminationGracePeriodSeconds`` default to 30)."""
+
+
+FAULTS.register(
+    FaultKind(
+        name="drain",
+        params=DrainParams,
+        impl="injectors.signals:Drain",
+        family="process",
+        hits_components=True,
+        summary="planned maintenance: SIGTERM the targets, SIGKILL what is left after grace_s",
     )
 )
 
