@@ -163,8 +163,7 @@ def agents_of(runs: set[str]) -> list[int]:
     return found
 
 
-def one_round(i: int, scenario: Path, rng: random.Random, out: Path, victim: str) -> dict[str, object]:
-    sig = SIGNALS[i % len(SIGNALS)]
+def one_round(i: int, scenario: Path, rng: random.Random, out: Path, victim: str, sig: int) -> dict[str, object]:
     before = set(marked())
     harness = subprocess.Popen(
         ftbench("run", str(scenario), "--out", str(out)),
@@ -239,7 +238,10 @@ def main() -> int:
     for i in range(args.rounds):
         scenario = scenarios[i % len(scenarios)]
         victim = VICTIMS[(i // len(scenarios)) % len(VICTIMS)] if scenario.stem == "soak-hosts" else "harness"
-        r = one_round(i, scenario, rng, base / f"round{i + 1:02d}", victim)
+        # Signals turn over rounds, and shift once per turn of the victims, so that every
+        # victim meets every signal.
+        sig = SIGNALS[(i + i // (len(scenarios) * len(VICTIMS))) % len(SIGNALS)]
+        r = one_round(i, scenario, rng, base / f"round{i + 1:02d}", victim, sig)
         results.append(r)
         print(json.dumps(r), flush=True)
     failed = [r for r in results if not r["ok"]]
