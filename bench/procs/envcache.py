@@ -88,16 +88,28 @@ def _size(path: Path) -> int:
 
 
 def _users(path: Path) -> list[int]:
-    """Live processes running an interpreter of the environment."""
+    """Live processes running a program of the environment: by the command they were
+    started with (a venv's ``bin/python`` is a link to the base interpreter, so only its
+    argv[0] names the environment) or by the file they execute."""
     found = []
     prefix = str(path) + os.sep
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-        except OSError:
-            continue
-        if argv0.startswith(prefix):
+        if _argv0(entry).startswith(prefix) or _exe(entry).startswith(prefix):
             found.append(int(entry.name))
     return found
+
+
+def _argv0(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _exe(proc: Path) -> str:
+    try:
+        return os.readlink(proc / "exe")
+    except OSError:
+        return ""
