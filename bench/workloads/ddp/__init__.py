@@ -72,13 +72,15 @@ def state_params(p: DDPParams) -> int:
 
 def memory(p: DDPParams, world_size: int) -> Estimate:
     """What one rank holds (:mod:`bench.scenario.memory`), generous on purpose where the
-    state is sized, since 4 ranks of 1 GB are close to a 24 GB machine: parameters,
+    state is sized, since 4 ranks of 1 GB come close to a 24 GB machine: parameters,
     gradients (DDP's buckets, which the gradients are views of when the branch exists),
-    momentum, a state copy in flight (a checkpoint or a peer's state being loaded, two
-    tensors per parameter, and the optimizer's own copy of the momentum it loads), a
-    retired generation's buckets (reinit keeps the old DDP wrapper alive), and
-    activations for a survivor's larger share of the batch. A restart at 1 GB peaked at
-    3.9 GB resident per rank against this estimate's 3.5 GB plus an idle rank's 0.4 GB."""
+    momentum, a retired generation's buckets (reinit keeps the old DDP wrapper alive),
+    a state in flight (a checkpoint or a peer's serialised state being loaded, the copy
+    the optimizer makes of the momentum it loads, reinit's copy of the model for its new
+    wrapper), and activations for a survivor's larger share of the batch. Measured at 1
+    GB with batch_per_rank 8 (one trial each, shared 2-core machine): rank peaks of 3.9
+    GB (restart) and 4.5 GB (reinit, no peer transfer in that trial) against this
+    estimate's 4.6 GB plus an idle rank's 0.4 GB."""
     n = 4.0 * state_params(p)
     share = -(-world_size * p.batch_per_rank // max(1, world_size - 1))
     width = p.hidden * (p.layers + 1) + state_width(p)
@@ -88,7 +90,7 @@ def memory(p: DDPParams, world_size: int) -> Estimate:
             "parameters": n,
             "gradients": n,
             "momentum": n,
-            "a state in flight": 3 * n,
+            "a state in flight": 5 * n,
             "retired buckets": n,
             "activations": 4.0 * share * width * 4,
         },
