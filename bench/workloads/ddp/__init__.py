@@ -78,9 +78,11 @@ def memory(p: DDPParams, world_size: int) -> Estimate:
     a state in flight (a checkpoint or a peer's serialised state being loaded, the copy
     the optimizer makes of the momentum it loads, reinit's copy of the model for its new
     wrapper), and activations for a survivor's larger share of the batch. Measured at 1
-    GB with batch_per_rank 8 (one trial each, shared 2-core machine): rank peaks of 3.9
-    GB (restart) and 4.5 GB (reinit, no peer transfer in that trial) against this
-    estimate's 4.6 GB plus an idle rank's 0.4 GB."""
+    GB with batch_per_rank 8 (one trial each, shared 2-core machine), rank peaks of 3.9
+    (restart), 4.5 (reinit, no peer transfer), 4.9 (torchft) and 5.5 GB (nvrx-inprocess)
+    against this estimate's 4.6 GB plus an idle rank's 0.4 GB; the ranks do not peak
+    together, and the job's peak (12.4-18.1 GB, torchft's highest) stayed under the
+    20.2 GB the check adds up for four ranks and the store."""
     n = 4.0 * state_params(p)
     share = -(-world_size * p.batch_per_rank // max(1, world_size - 1))
     width = p.hidden * (p.layers + 1) + state_width(p)
