@@ -32,12 +32,14 @@ def section(rep: Report, runs: list[Run], plot_dir: Path) -> None:
         rep.add(
             "p",
             "Every stack against plain DDP (`failstop`) on the same workload, no fault injected. `step` is "
-            "the ratio of median step times, `wall/step` the ratio of training wall time per step (it also "
-            "holds checkpoint writes and waits between steps), each with a bootstrap 95 % interval over "
-            "trials. Memory is the kernel's peak resident set (VmHWM) of a rank and the job's largest "
-            "resident total at one 0.1 s sample (ranks, the stack's helpers, the store); bytes on the wire "
-            "are counted at the hosts' interfaces over the steady state (`-`: not counted, see "
-            "docs/results.md). `+procs`/`+threads`: what the stack adds to failstop's job.",
+            "the ratio of step times, `wall/step` of training wall time per step (it also holds checkpoint "
+            "writes and waits between steps): in an interleaved run the median of the per-round ratios "
+            "(trial k against failstop's trial k, so that the machine's drift cancels), else the ratio of "
+            "the medians; each with a bootstrap 95 % interval. Memory is the kernel's peak resident set "
+            "(VmHWM) of a rank and the job's largest resident total at one 0.1 s sample (ranks, the "
+            "stack's helpers, the store); bytes on the wire are counted at the hosts' interfaces over the "
+            "steady state (`-`: not counted, see docs/results.md). `+procs`/`+threads`: what the stack "
+            "adds to failstop's job.",
         )
         rep.add("table", table=table(taxes))
         rep.figure(

@@ -90,6 +90,15 @@ def roles(events: Sequence[Event]) -> dict[str, int]:
     out: dict[str, int] = {}
     for pid, proc in sampled.get("procs", {}).items():
         parent = src.get(str(proc.get("ppid")))
-        name = src.get(pid) or (f"{parent}'s child" if parent else str(proc.get("name", "?")))
+        name = src.get(pid) or (f"{parent}'s child" if parent else _command(str(proc.get("name", "?"))))
         out[name] = out.get(name, 0) + 1
     return out
+
+
+def _command(name: str) -> str:
+    """A command line made readable: Python's multiprocessing children all start alike."""
+    if "multiprocessing.spawn" in name:
+        return "python (multiprocessing child)"
+    if "multiprocessing.forkserver" in name:
+        return "python (multiprocessing forkserver)"
+    return name

@@ -279,6 +279,20 @@ def median_ratio_ci(
     return _bootstrap_medians(x, y, lambda a, b: a / b, level, resamples, seed)
 
 
+def bootstrap_median_ci(values: Sequence[float], level: float = 0.95, resamples: int = 4000, seed: int = 0) -> Interval:
+    """Bootstrap (percentile) confidence interval of one sample's median, seeded: for
+    paired ratios, where each value already compares two things measured together."""
+    import random
+
+    xs = list(values)
+    if not xs:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    rng = random.Random(seed)
+    meds = sorted(median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    tail = (1 - level) / 2 * 100
+    return Interval(percentile(meds, tail), percentile(meds, 100 - tail), level, len(xs))
+
+
 def _bootstrap_medians(
     x: Sequence[float],
     y: Sequence[float],

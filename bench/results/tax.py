@@ -4,9 +4,14 @@ A ``resilience-tax`` run (no faults, ``measure.resources``, trials interleaved) 
 point per stack on the same workload. Each stack is compared with plain DDP
 (``failstop``) of the same configuration:
 
-- **step time**: the ratio of the medians of the trials' median step times (``ff_step_s``),
-  with a bootstrap 95 % interval (:func:`bench.results.stats.median_ratio_ci`): what the
-  stack adds to a step;
+- **step time**: what the stack adds to a step, from the trials' median step times
+  (``ff_step_s``). In an interleaved run (``measure.interleave``) trial k of every
+  stack ran in the same round, so each stack's trial k is divided by failstop's trial k
+  (a drift of the shared machine between rounds cancels) and the tax is the median of
+  those paired ratios, with a bootstrap 95 % interval over rounds
+  (:func:`bench.results.stats.bootstrap_median_ci`); otherwise it is the ratio of the
+  two medians with an unpaired bootstrap interval
+  (:func:`bench.results.stats.median_ratio_ci`);
 - **wall time per step**: the same ratio of training wall time per step
   (``ff_step_s / goodput``), which also holds what happens between steps (checkpoint
   writes, a slow rank held up by another's);
@@ -56,6 +61,8 @@ class Tax:
     wall_ratio: float
     wall_low: float
     wall_high: float
+    paired: bool = False
+    """The ratios are per interleaved round (trial k against failstop's trial k)."""
     medians: dict[str, float] = field(default_factory=dict)
     """Median of each of :data:`RESOURCES` over the trials (NaN: not measured)."""
     helpers: dict[str, int] = field(default_factory=dict)
@@ -93,35 +100,45 @@ def strategy_tax(run: Run) -> list[Tax]:
 
 
 def _tax(run: Run, point: dict[str, Any], rows: pd.DataFrame, base: pd.DataFrame, base_label: str) -> Tax:
-    step, base_step = _values(rows["ff_step_s"]), _values(base["ff_step_s"])
-    wall, base_wall = _values(rows["ff_step_s"] / rows["goodput"]), _values(base["ff_step_s"] / base["goodput"])
     same = point["label"] == base_label
-    r = stats.median_ratio_ci(step, base_step)
-    w = stats.median_ratio_ci(wall, base_wall)
+    step = _ratio(rows, base, rows["ff_step_s"], base["ff_step_s"])
+    wall = _ratio(rows, base, rows["ff_step_s"] / rows["goodput"], base["ff_step_s"] / base["goodput"])
     first = int(rows["trial"].min())
     return Tax(
         strategy=str(rows["strategy"].iloc[0]),
         label=point["label"],
         baseline=base_label,
-        n=len(step),
-        step_s=stats.median(step),
-        ratio=1.0 if same else _ratio(step, base_step),
-        low=1.0 if same else r.low,
-        high=1.0 if same else r.high,
-        wall_ratio=1.0 if same else _ratio(wall, base_wall),
-        wall_low=1.0 if same else w.low,
-        wall_high=1.0 if same else w.high,
+        n=len(_values(rows["ff_step_s"])),
+        step_s=stats.median(_values(rows["ff_step_s"])),
+        ratio=1.0 if same else step[0],
+        low=1.0 if same else step[1],
+        high=1.0 if same else step[2],
+        wall_ratio=1.0 if same else wall[0],
+        wall_low=1.0 if same else wall[1],
+        wall_high=1.0 if same else wall[2],
+        paired=step[3],
         medians={k: stats.median(_values(rows[k])) if k in rows else math.nan for k in RESOURCES},
         helpers=roles(read_events(run.events_dir(point["point_hash"], first))),
     )
 
 
+def _ratio(rows: pd.DataFrame, base: pd.DataFrame, x: pd.Series, y: pd.Series) -> tuple[float, float, float, bool]:
+    """(ratio, low, high, paired): per round where at least three rounds have both."""
+    xs = {int(t): float(v) for t, v in zip(rows["trial"], x, strict=True) if not math.isnan(float(v))}
+    ys = {int(t): float(v) for t, v in zip(base["trial"], y, strict=True) if not math.isnan(float(v)) and v > 0}
+    common = sorted(set(xs) & set(ys))
+    if len(common) >= 3:
+        ratios = [xs[t] / ys[t] for t in common]
+        ci = stats.bootstrap_median_ci(ratios)
+        return stats.median(ratios), ci.low, ci.high, True
+    if not xs or not ys:
+        return math.nan, math.nan, math.nan, False
+    ci = stats.median_ratio_ci(list(xs.values()), list(ys.values()))
+    return stats.median(list(xs.values())) / stats.median(list(ys.values())), ci.low, ci.high, False
+
+
 def _values(col: pd.Series) -> list[float]:
     return stats.present(col.astype(float))
-
-
-def _ratio(x: list[float], y: list[float]) -> float:
-    return stats.median(x) / stats.median(y) if x and y else math.nan
 
 
 def _strategy(df: pd.DataFrame, point_hash: str) -> str:

@@ -36,13 +36,27 @@ def test_tax_is_the_ratio_of_medians_with_an_interval_around_it(tmp_path: Path) 
     taxes = {t.strategy: t for t in strategy_tax(load(_run(tmp_path)))}
     base, ft = taxes["failstop"], taxes["torchft"]
     assert (base.ratio, base.low, base.high) == (1.0, 1.0, 1.0) and base.is_baseline
-    assert ft.ratio == pytest.approx(0.0605 / 0.050)
+    # Paired by round (trial k against failstop's trial k): 1.2, 1.216, 1.245, 1.2.
+    assert ft.paired and ft.ratio == pytest.approx(stats.median([0.060 / 0.050, 0.062 / 0.051, 0.061 / 0.049, 1.2]))
     assert ft.low <= ft.ratio <= ft.high and ft.low > 1.1  # every resample is slower
     assert ft.wall_ratio == pytest.approx(ft.ratio)  # the same goodput on both sides
     assert ft.medians["job_threads"] == 60 and math.isnan(ft.medians["wire_bytes_per_step"])
     rows = table(list(taxes.values())).set_index("stack")
     assert rows.loc["torchft", "+procs"] == "+1" and rows.loc["torchft", "+threads"] == "+41"
     assert "wire/step" not in rows  # measured nowhere: no column of dashes
+
+
+def test_without_three_common_rounds_the_ratio_is_of_the_medians(tmp_path: Path) -> None:
+    labels = ("strategy=failstop", "strategy=torchft")
+    base, slow = [_fault_free(0.05), _fault_free(0.05)], [_fault_free(0.06), _fault_free(0.07)]
+    run = write_run(
+        tmp_path,
+        "resilience-tax",
+        dict(zip(labels, (base, slow), strict=True)),
+        values={label: {"recovery.strategy": label.split("=")[1]} for label in labels},
+    )
+    ft = next(t for t in strategy_tax(load(run)) if t.strategy == "torchft")
+    assert not ft.paired and ft.ratio == pytest.approx(0.065 / 0.05)
 
 
 def test_no_failstop_point_no_tax(tmp_path: Path) -> None:
