@@ -101,8 +101,9 @@ def strategy_tax(run: Run) -> list[Tax]:
 
 def _tax(run: Run, point: dict[str, Any], rows: pd.DataFrame, base: pd.DataFrame, base_label: str) -> Tax:
     same = point["label"] == base_label
-    step = _ratio(rows, base, rows["ff_step_s"], base["ff_step_s"])
-    wall = _ratio(rows, base, rows["ff_step_s"] / rows["goodput"], base["ff_step_s"] / base["goodput"])
+    pair = _interleaved(run) and _env(rows) == _env(base)
+    step = _ratio(rows, base, rows["ff_step_s"], base["ff_step_s"], pair=pair)
+    wall = _ratio(rows, base, rows["ff_step_s"] / rows["goodput"], base["ff_step_s"] / base["goodput"], pair=pair)
     first = int(rows["trial"].min())
     return Tax(
         strategy=str(rows["strategy"].iloc[0]),
@@ -122,12 +123,26 @@ def _tax(run: Run, point: dict[str, Any], rows: pd.DataFrame, base: pd.DataFrame
     )
 
 
-def _ratio(rows: pd.DataFrame, base: pd.DataFrame, x: pd.Series, y: pd.Series) -> tuple[float, float, float, bool]:
-    """(ratio, low, high, paired): per round where at least three rounds have both."""
+def _interleaved(run: Run) -> bool:
+    """Whether the run ran trial k of every point in one round (``measure.interleave``)."""
+    measure = run.info.get("scenario", {}).get("raw", {}).get("measure", {})
+    return bool(measure.get("interleave")) if isinstance(measure, dict) else False
+
+
+def _env(rows: pd.DataFrame) -> str:
+    """The point's ``launch.env``: points of another environment run whole, not in rounds."""
+    return str(rows["env"].iloc[0]) if "env" in rows and not rows.empty else ""
+
+
+def _ratio(
+    rows: pd.DataFrame, base: pd.DataFrame, x: pd.Series, y: pd.Series, *, pair: bool
+) -> tuple[float, float, float, bool]:
+    """(ratio, low, high, paired): per round where the points ran in rounds and at least
+    three rounds have both, else the ratio of the medians."""
     xs = {int(t): float(v) for t, v in zip(rows["trial"], x, strict=True) if not math.isnan(float(v))}
     ys = {int(t): float(v) for t, v in zip(base["trial"], y, strict=True) if not math.isnan(float(v)) and v > 0}
     common = sorted(set(xs) & set(ys))
-    if len(common) >= 3:
+    if pair and len(common) >= 3:
         ratios = [xs[t] / ys[t] for t in common]
         ci = stats.bootstrap_median_ci(ratios)
         return stats.median(ratios), ci.low, ci.high, True
