@@ -101,7 +101,7 @@ def strategy_tax(run: Run) -> list[Tax]:
 
 def _tax(run: Run, point: dict[str, Any], rows: pd.DataFrame, base: pd.DataFrame, base_label: str) -> Tax:
     same = point["label"] == base_label
-    pair = _interleaved(run) and _env(rows) == _env(base)
+    pair = _interleaved(run) and _env(rows) == _env(base) == ""
     step = _ratio(rows, base, rows["ff_step_s"], base["ff_step_s"], pair=pair)
     wall = _ratio(rows, base, rows["ff_step_s"] / rows["goodput"], base["ff_step_s"] / base["goodput"], pair=pair)
     first = int(rows["trial"].min())
@@ -130,7 +130,8 @@ def _interleaved(run: Run) -> bool:
 
 
 def _env(rows: pd.DataFrame) -> str:
-    """The point's ``launch.env``: points of another environment run whole, not in rounds."""
+    """The point's ``launch.env``: a point of another environment runs whole, in a child
+    harness of its own, never in rounds."""
     return str(rows["env"].iloc[0]) if "env" in rows and not rows.empty else ""
 
 
