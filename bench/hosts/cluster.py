@@ -241,6 +241,8 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
 
     from bench.hosts.agent import serve_trial
 
+    address, port = parse_address(controller)
+    secret = required_secret(address, "the run store")  # refused before this process changes anything
     os.environ[HOST_ENV] = host
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # What this agent starts carries a marker of its own: what a trial leaves on this host
@@ -248,8 +250,6 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
     marker = f"agent-{host}-{os.getpid()}"
     os.environ[MARKER] = marker
     deadline = time.monotonic() + deadline_s
-    address, port = parse_address(controller)
-    secret = required_secret(address, "the run store")
     run, nonce = Sealer(secret, "run"), secrets.token_hex(8)
     assigned = Sealer(secret, f"run:{nonce}")
 
