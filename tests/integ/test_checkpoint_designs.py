@@ -38,7 +38,9 @@ reference = true
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("design", ["dcp", "dcp-async"])
+# dcp-async takes the synchronous path's save and load too, plus its background half;
+# the synchronous one alone runs with the slow tests (the default run stays ~10 minutes).
+@pytest.mark.parametrize("design", [pytest.param("dcp", marks=pytest.mark.slow), "dcp-async"])
 def test_restart_recovers_from_the_last_finished_save(run_scenario, design: str) -> None:
     report = run_scenario(SCENARIO.replace("DESIGN", design))
     (r,) = rows(report)
