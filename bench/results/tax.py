@@ -32,18 +32,10 @@ import pandas as pd
 from bench.procs.events import read_events
 from bench.results import stats
 from bench.results.reader import Run
+from bench.results.resources import FIGURES as RESOURCES
 from bench.results.resources import roles
 
 BASELINE = "failstop"
-#: Medians reported beside the ratios, by figure.
-RESOURCES = (
-    "rss_rank_peak_bytes",
-    "rss_job_peak_bytes",
-    "cuda_rank_peak_bytes",
-    "wire_bytes_per_step",
-    "job_procs",
-    "job_threads",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +56,7 @@ class Tax:
     paired: bool = False
     """The ratios are per interleaved round (trial k against failstop's trial k)."""
     medians: dict[str, float] = field(default_factory=dict)
-    """Median of each of :data:`RESOURCES` over the trials (NaN: not measured)."""
+    """Median of each resource figure (:mod:`bench.results.resources`) over the trials (NaN: not measured)."""
     helpers: dict[str, int] = field(default_factory=dict)
     """Processes by kind in the point's first completed trial (ranks included)."""
 

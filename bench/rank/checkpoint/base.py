@@ -91,6 +91,24 @@ class Checkpointer(ABC):
         )
         return blocked
 
+    def background_done(self, step: int, went_on: int, done: int, nbytes: int) -> None:
+        """Emit ``checkpoint_done`` for a background save of ``step`` that ran from
+        ``went_on`` (the loop went on) to ``done`` (CLOCK_MONOTONIC ns)."""
+        self.events.emit(
+            "checkpoint_done",
+            t=done,
+            design=self.design,
+            gen=self.where.gen,
+            step=step,
+            background_s=(done - went_on) / 1e9,
+            bytes=nbytes,
+        )
+
+    def timed_out(self, step: int) -> CheckpointTimeout:
+        """Record a background save of ``step`` that outlived the deadline; the error to raise."""
+        self.events.emit("checkpoint_failed", design=self.design, step=step, why="deadline")
+        return CheckpointTimeout(f"{self.design} checkpoint of step {step} unfinished after {self.deadline_s:g} s")
+
 
 def between_steps(checkpointer: Checkpointer, pos: Position, every: int, events: EventWriter) -> CollectiveError | None:
     """Save after ``pos.committed`` when it is due, else record finished background work.

@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from bench.procs.events import EventWriter
-from bench.rank.checkpoint.base import Checkpointer, CheckpointTimeout, Where, files_bytes
+from bench.rank.checkpoint.base import Checkpointer, Where, files_bytes
 from bench.rank.workload import Workload
 
 FOLDER = re.compile(r"step-(\d+)-g(\d+)")
@@ -142,17 +142,8 @@ class DCPAsyncSave(DCPSave):
         try:
             future.result(timeout=self.deadline_s)
         except FutureTimeout:
-            self.events.emit("checkpoint_failed", design=self.design, step=step, why="deadline")
-            raise CheckpointTimeout(f"async checkpoint of step {step} unfinished after {self.deadline_s:g} s") from None
+            raise self.timed_out(step) from None
         self.pending = None
         done = self.done_at.get(step, time.monotonic_ns())
-        self.events.emit(
-            "checkpoint_done",
-            t=done,
-            design=self.design,
-            gen=self.where.gen,
-            step=step,
-            background_s=(done - went_on) / 1e9,
-            bytes=self.written(self.folder(step)),
-        )
+        self.background_done(step, went_on, done, self.written(self.folder(step)))
         self.prune()

@@ -33,7 +33,7 @@ from nvidia_resiliency_ext.checkpointing.local.basic_state_dict import (
 
 from bench.procs.events import EventWriter
 from bench.rank.checkpoint import REPLICATION_FACTOR
-from bench.rank.checkpoint.base import Checkpointer, CheckpointTimeout, Where, files_bytes
+from bench.rank.checkpoint.base import Checkpointer, Where, files_bytes
 from bench.rank.checkpoint.torchsave import TorchSave
 from bench.rank.workload import Workload
 
@@ -170,18 +170,9 @@ class NVRxAsync(TorchSave):
             if not blocking:
                 return
             if time.monotonic() > end:
-                self.events.emit("checkpoint_failed", design=self.design, step=step, why="deadline")
-                raise CheckpointTimeout(f"NVRx async checkpoint of step {step} unfinished after {self.deadline_s:g} s")
+                raise self.timed_out(step)
             time.sleep(0.01)
         done = time.monotonic_ns()
         os.replace(tmp, self.path)
         self.pending = None
-        self.events.emit(
-            "checkpoint_done",
-            t=done,
-            design=self.design,
-            gen=self.where.gen,
-            step=step,
-            background_s=(done - went_on) / 1e9,
-            bytes=os.path.getsize(self.path),
-        )
+        self.background_done(step, went_on, done, os.path.getsize(self.path))
