@@ -9,14 +9,11 @@ checkpoint gets them side by side here, one row per point, with the design its
 
 from __future__ import annotations
 
-import math
-import statistics
-
 import pandas as pd
 
 from bench.report.blocks import Report
 from bench.report.series import Series
-from bench.report.tables import seconds, size
+from bench.report.tables import reduced_cell, seconds, size
 
 COLUMNS = (
     ("blocked per save", "checkpoint_blocked_s", seconds),
@@ -54,7 +51,6 @@ def table(series: list[Series]) -> pd.DataFrame:
             "design": str(recovery.get("params", {}).get("checkpoint", "-")),
         }
         for name, column, fmt in COLUMNS:
-            values = [v for v in s.values(column) if not math.isnan(v)]
-            row[name] = f"{fmt(statistics.median(values))} (n={len(values)})" if values else "-"
+            row[name] = reduced_cell(s.values(column), fmt)
         rows.append(row)
     return pd.DataFrame(rows)

@@ -8,14 +8,14 @@ place in the stream shows here beside ``loss_delta``, one row per point.
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Callable
 
 import pandas as pd
 
 from bench.report.blocks import Report
 from bench.report.series import Series
+from bench.report.tables import reduced_cell
+from bench.results.stats import median
 
 COLUMNS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("tokens/s (fault-free)", "tokens_per_s", lambda v: f"{v:,.0f}"),
@@ -46,11 +46,7 @@ def table(series: list[Series]) -> pd.DataFrame:
     for s in series:
         row: dict[str, str] = {"point": s.name, "strategy": s.strategy}
         for name, column, fmt in COLUMNS:
-            values = [v for v in s.values(column) if not math.isnan(v)]
-            if values:
-                value = max(values) if column in ("tokens_skipped", "tokens_repeated") else statistics.median(values)
-                row[name] = f"{fmt(value)} (n={len(values)})"
-            else:
-                row[name] = "-"
+            worst = column in ("tokens_skipped", "tokens_repeated")
+            row[name] = reduced_cell(s.values(column), fmt, max if worst else median)
         rows.append(row)
     return pd.DataFrame(rows)

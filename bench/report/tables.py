@@ -17,7 +17,7 @@ import pandas as pd
 
 from bench.report.series import Series
 from bench.results.reader import Run
-from bench.results.stats import describe
+from bench.results.stats import describe, median
 from bench.scenario.figures import FAULT_FIGURES, figure, phase_name
 
 #: The latencies every report shows, even where no trial has them (then as ``-``).
@@ -51,6 +51,14 @@ def _cell(values: list[float], unit: str) -> str:
     fmt: Callable[[float], str] = {"s": seconds, "bytes": size}.get(unit, _general)
     ci = f" [{fmt(s.ci.low)}, {fmt(s.ci.high)}]" if s.ci.exists else ""
     return f"{fmt(s.median)}{ci} (n={s.n})"
+
+
+def reduced_cell(
+    values: list[float], fmt: Callable[[float], str], reduce: Callable[[list[float]], float] = median
+) -> str:
+    """``value (n=N)`` of the values that exist, reduced (the median unless told), or ``-``."""
+    present = [v for v in values if not math.isnan(v)]
+    return f"{fmt(reduce(present))} (n={len(present)})" if present else "-"
 
 
 def summary(series: list[Series]) -> pd.DataFrame:

@@ -108,7 +108,7 @@ class DCPAsyncSave(DCPSave):
         super().__init__(where, workload, events)
         # A collective of every rank: all build their checkpointer at the same point.
         self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=where.timeout_s))
-        self.pending: tuple[int, Future[Any], float] | None = None
+        self.pending: tuple[int, Future[Any], int] | None = None
         """(step, future, when the loop went on) of the save in flight."""
         self.done_at: dict[int, int] = {}
         """Monotonic stamp (ns) at which the future of a step completed."""
