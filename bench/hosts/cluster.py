@@ -113,18 +113,15 @@ class Cluster:
         deadline = time.monotonic() + self.wait_s
         hellos: dict[str, dict[str, Any]] = {}
         refused: dict[str, bytes] = {}
+
+        def say(text: str) -> None:
+            progress(f"  {text}")
+
         while True:
             for h in names:
-                k = f"hello/{h}"
-                if h in hellos or not self._store.check([k]):
-                    continue
-                raw = bytes(self._store.get(k))
-                try:
-                    hellos[h] = self.run.open(k, raw)
-                except Forged as err:
-                    if refused.get(h) != raw:
-                        refused[h] = raw
-                        progress(f"  refused {k}: {err}")
+                hello = hellos.get(h) or _sealed(self._store, self.run, f"hello/{h}", refused, say)
+                if hello is not None:
+                    hellos[h] = hello
             missing = [h for h in names if h not in hellos]
             if not missing:
                 break

@@ -208,8 +208,6 @@ class Session:
                 context(point, trial, self.host, self.rundir, backend, fault_free=False, cluster=self.cluster),
                 reference=reference,
             )
-            if result.outcome != "interrupted":
-                self.rundir.check_room()  # events of a trial that filled the disk are not whole
             record(self.rundir, point, trial, backend, result, reference=False)
             self.progress(_progress_line(self.counter, self.total, point, trial, self.trials, result))
             if result.outcome == "interrupted":
@@ -302,8 +300,6 @@ def _reference(
         w = point.scenario.workload
         return trial_facts(read_events(ctx.events_dir), steps=w.steps, warmup_steps=w.warmup_steps)
     result = run_trial(ctx)
-    if result.outcome != "interrupted":
-        rundir.check_room()
     record(rundir, point, 0, backend, result, reference=True)
     progress(
         f"  reference {point.label}: {result.faults[0].outcome}, median step "
@@ -343,6 +339,7 @@ def context(
 def record(rundir: RunDir, point: Point, trial: int, backend: str, result: TrialResult, *, reference: bool) -> None:
     if result.outcome == "interrupted":
         return  # a trial cut short is not a measurement; --resume runs it again
+    rundir.check_room()  # the events of a trial that filled the disk are not whole
     rundir.add_trial(
         point,
         trial,
