@@ -323,6 +323,7 @@ def _cross_check(s: Scenario, file: str) -> None:
             components=strategy.components,
             file=file,
             where=f"faults.{i}",
+            agents=s.launch.agents,
         )
     declared = WORKLOADS[w.kind]
     if isinstance(declared, WorkloadPlugin) and declared.check is not None:

@@ -9,7 +9,8 @@ The knobs reach either as keyword arguments (:meth:`FaultSpec.knobs`).
 
 Each module of this package declares kinds of one mechanism (``process``: signals to
 processes, in the families ``process`` and ``hang``; ``rankside``: hooks in a rank;
-``link``: a host's network); a new kind is a new module or an entry in one, found by
+``link``: a host's network; ``machine``: the machine's memory and storage); a new
+kind is a new module or an entry in one, found by
 :func:`bench.scenario.registry.discover`.
 """
 
@@ -20,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bench.scenario.config import ConfigError, bounded, to_dict
 from bench.scenario.limits import MAX_SECONDS
-from bench.scenario.registry import Plugin, Registry
+from bench.scenario.registry import Plugin, Registry, load_path
 
 if TYPE_CHECKING:
     from injectors.base import Injector
 
-Family = Literal["process", "hang", "slow", "collective", "data", "link"]
+Family = Literal["process", "hang", "slow", "collective", "data", "link", "machine"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,7 +34,7 @@ class FaultKind(Plugin):
     """``impl`` is the harness-side injector, or the hook a rank runs (``rank_side``)."""
 
     family: Family
-    """Taxonomy family (docs/design.md): process, hang, slow, collective, data, link."""
+    """Taxonomy family (docs/faults.md): process, hang, slow, collective, data, link, machine."""
     rank_side: bool = False
     """The fault acts inside the rank: ``impl`` is its hook, armed by a signal."""
     hits_components: bool = False
@@ -43,6 +44,12 @@ class FaultKind(Plugin):
     whole_host: bool = False
     """The fault takes a whole host away, its agent with it: it needs host agents
     (``launch.agents``) and ``target = { host = k }``."""
+    machine: str = ""
+    """``module:function(params) -> str | None``: why this machine cannot serve the kind
+    (no root, no memory cgroup...), asked when a scenario is read, so that such a file
+    is refused rather than failing each trial; "" for kinds that change nothing of the
+    machine. Such a kind is set up by the harness on its own machine, so it is refused
+    with host agents (``launch.agents``)."""
 
     def injector(self, spec: FaultSpec, index: int) -> Injector:
         """What the harness fires for fault ``index``: the injector, or the signal that
@@ -149,10 +156,13 @@ def check_fault(
     components: tuple[str, ...],
     file: str,
     where: str,
+    agents: bool = False,
 ) -> None:
     """Cross-field checks of one fault against the workload it will hit, the strategy
-    whose processes it may target (``components``) and the trial's deadline."""
+    whose processes it may target (``components``), the trial's deadline and what the
+    machine can serve (``agents``: the scenario runs under host agents)."""
     _check_target(f, world_size=world_size, ranks_per_host=ranks_per_host, file=file, where=where)
+    _check_machine(f, agents=agents, file=file, where=where)
     t = f.target
     if t.component is not None and t.component not in components:
         raise ConfigError(
@@ -194,6 +204,24 @@ def _check_target(f: FaultSpec, *, world_size: int, ranks_per_host: int, file: s
             f"a rank target: {f.kind!r} acts on ranks, not on control-plane processes",
             t.component,
         )
+
+
+def _check_machine(f: FaultSpec, *, agents: bool, file: str, where: str) -> None:
+    """A fault of the machine needs this machine's consent (and its harness: not agents)."""
+    kind = FAULTS[f.kind]
+    if not kind.machine:
+        return
+    if agents:
+        raise ConfigError(
+            file,
+            f"{where}.kind",
+            f"a fault other than {f.kind!r} with launch.agents = true (the harness sets it up on its own "
+            "machine; host agents do not carry it out)",
+            f.kind,
+        )
+    why = load_path(kind.machine)(f.params)
+    if why:
+        raise ConfigError(file, f"{where}.kind", f"a fault kind this machine can serve ({f.kind}: {why})", f.kind)
 
 
 def _check_trigger(f: FaultSpec, *, steps: int, file: str, where: str) -> None:
