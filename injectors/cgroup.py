@@ -120,8 +120,8 @@ def join(parent: str, rank: int) -> Path:
     """Put the calling process into a group of its own under ``parent`` (a trial's group,
     named by the harness), without swap, so that a limit ends in the OOM killer and not
     in swapping. Called first thing in a rank, before it imports torch."""
-    path = Path(parent)
-    if path.is_symlink() or not path.name.startswith(PREFIX) or ROOT not in path.parents:
+    path = Path(os.path.realpath(parent))
+    if not path.name.startswith(PREFIX) or ROOT not in path.parents:
         raise ValueError(f"{parent}: expected a group ftbench created under {ROOT}")
     group = path / f"{PREFIX}r{rank}-{os.getpid()}"
     group.mkdir()
@@ -136,7 +136,7 @@ def remove_tree(path: Path, *, deadline_s: float = 10.0) -> list[str]:
     """Remove a trial's group and its children (deepest first); what could not be
     removed, and why. A group empties a moment after its last process was reaped, so a
     busy one is tried again until the deadline."""
-    if not path.name.startswith(PREFIX) or ROOT not in path.parents:
+    if not path.name.startswith(PREFIX) or ROOT not in Path(os.path.realpath(path)).parents:
         return [f"{path}: not a group ftbench created; left alone"]
     problems = []
     for child in sorted((p for p in path.iterdir() if p.is_dir()), key=lambda p: p.name) if path.is_dir() else []:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bench.cli.common import SET_OPTION, Ascii, cli, errors, interrupt, load_scenario
-from bench.scenario import catalogue
+from bench.scenario import catalogue, mix
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import load, points, stack_gap
@@ -96,6 +96,8 @@ def validate(files: tuple[str, ...]) -> None:
             pts = points(sc)
             gaps = {p.label: why for p in pts if (why := stack_gap(p.scenario))}
             click.echo(f"ok    {one_line(sc.source)}: {sc.name}, {len(pts)} point(s)")
+            if (drawn := mix.of(sc.faults)) is not None:
+                click.echo(f"      {drawn.text()}")
             for label, why in gaps.items():
                 click.echo(f"      skipped here: {label}: {why}")
         except ConfigError as err:

@@ -130,7 +130,7 @@ class ElasticJob(Job):
             "initial",
             members=tuple(range(n)),
             pdeathsig=False,
-            checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
+            checkpoint_dir=str(ctx.checkpoint_dir),
         )
         spec_path = ctx.trial_dir / f"spec-{ctx.events_dir.name}.json"
         spec_path.write_text(spec_to_json(spec))
@@ -174,7 +174,7 @@ class ElasticJob(Job):
             members=tuple(range(s.workload.world_size)),
             pdeathsig=False,
             netns="",  # the workers start inside their host's namespace already
-            checkpoint_dir=str(ctx.trial_dir / f"ckpt-{ctx.events_dir.name}"),
+            checkpoint_dir=str(ctx.checkpoint_dir),
         )
         args = self.launcher_args(
             s.launch.ranks_per_host, ELASTIC_PORT, nnodes=len(self.hosts.hosts), endpoint=self.hosts.addresses[0]

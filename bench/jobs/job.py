@@ -54,6 +54,8 @@ class TrialContext:
     cluster: Cluster | None = None
     """Host agents the cluster started (``ftbench run --agents-at``): the trial's ranks
     run on real hosts, its store listens on the address they reach."""
+    memory_cgroup: str = ""
+    """The trial's parent memory cgroup, for an ``oom`` fault ("" without one)."""
 
     @property
     def scenario(self) -> Scenario:
@@ -64,6 +66,12 @@ class TrialContext:
         if self.network is None:
             return ""
         return self.network.namespace_for(rank // self.scenario.launch.ranks_per_host)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where the ranks of a strategy that checkpoints to disk keep their checkpoint
+        (a ``storage`` fault mounts its file system here)."""
+        return self.trial_dir / f"ckpt-{self.events_dir.name}"
 
     @property
     def store_host(self) -> str:
@@ -171,6 +179,7 @@ def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpe
         role=role,
         hooks=hooks,
         env=s.launch.nccl.environment() if ctx.backend == "nccl" else {},
+        memory_cgroup=ctx.memory_cgroup,
     )
     return RankSpec(**(base | fields))
 

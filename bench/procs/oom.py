@@ -23,8 +23,15 @@ SLACK_NS = 1_000_000_000
 def oom_killed(pids: Iterable[int], *, since_ns: int = 0) -> dict[int, str]:
     """pid -> the kernel's message, for each of ``pids`` the OOM killer ended after
     ``since_ns`` (CLOCK_MONOTONIC); {} where the log cannot be read (not root)."""
+    return {pid: message for pid, (_, message) in oom_records(pids, since_ns=since_ns).items()}
+
+
+def oom_records(pids: Iterable[int], *, since_ns: int = 0) -> dict[int, tuple[int, str]]:
+    """pid -> (the record's stamp in ns of the kernel's clock, its message), as
+    :func:`oom_killed`: the stamp tells when the kill happened (an ``oom`` fault's limit
+    is set earlier; the kill comes at the target's next allocation past it)."""
     wanted = set(pids)
-    found: dict[int, str] = {}
+    found: dict[int, tuple[int, str]] = {}
     if not wanted:
         return found
     try:
@@ -48,7 +55,7 @@ def oom_killed(pids: Iterable[int], *, since_ns: int = 0) -> dict[int, str]:
             fields = head.split(b",")
             stamp_ns = int(fields[2]) * 1000 if len(fields) > 2 and fields[2].isdigit() else 0
             if stamp_ns + SLACK_NS >= since_ns:
-                found[int(m[1])] = text.split(b"\n", 1)[0].decode(errors="replace").strip()
+                found[int(m[1])] = (stamp_ns, text.split(b"\n", 1)[0].decode(errors="replace").strip())
     finally:
         os.close(fd)
     return found

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from bench.procs.events import EventWriter
 from bench.procs.hygiene import redirect_output, set_pdeathsig
 from bench.scenario.registry import load_path
+from injectors.cgroup import join
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +85,9 @@ class RankSpec:
     faults (``launch.interposer = "always"``: to measure what it costs)."""
     checkpoint_dir: str = ""
     """Where a strategy that checkpoints to disk keeps its checkpoint (the trial's directory)."""
+    memory_cgroup: str = ""
+    """The trial's parent memory cgroup, where an ``oom`` fault may hit: the rank joins a
+    group of its own under it before it imports torch ("" for other trials)."""
     netns: str = ""
     """Network namespace of the rank's host (entered before any socket exists)."""
     ifname: str = "lo"
@@ -116,7 +120,10 @@ def main(spec: RankSpec) -> None:
     events = EventWriter(
         Path(spec.events_dir) / f"rank{spec.rank}-{os.getpid()}.jsonl", src="rank", rank=spec.rank, pid=os.getpid()
     )
-    events.emit("proc_start", role=spec.role)
+    # Before torch: what the rank allocates from here on is charged to its own group.
+    group = join(spec.memory_cgroup, spec.rank) if spec.memory_cgroup else None
+    extra: dict[str, Any] = {"memory_cgroup": str(group)} if group else {}
+    events.emit("proc_start", role=spec.role, **extra)
     code = EXIT_CRASHED
     try:
         entry = load_path(spec.entry)

@@ -48,7 +48,8 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
   parameters are wrong: replicas disagree, or they differ from the reference's.
 - a rank the kernel's OOM killer ended (an ``oom_kill`` event: the harness reads the
   kernel's log after each trial, :mod:`bench.procs.oom`) is named in every row's
-  ``error``, whatever the outcome: its SIGKILL is no fault ftbench injected.
+  ``error`` with the kernel's message, whatever the outcome: the end an ``oom`` fault
+  brings about, and in any other trial a SIGKILL no fault of ftbench's sent.
 
 A figure that does not exist for an outcome is NaN, never 0.
 """
@@ -106,8 +107,11 @@ def fault_figures(
         results.append(FaultFigures(fault=-1, kind="none", target="", outcome=outcome, figures=fig, phases={}))
     results.sort(key=lambda f: f.fault)
     ooms = [e for e in events if e["event"] == "oom_kill"]
-    if ooms:  # not a fault ftbench injected: every row says so, whatever its outcome
-        note = "; ".join(f"rank {e['rank']} (pid {e['pid']}) was ended by the kernel's OOM killer" for e in ooms)
+    if ooms:  # every row says so, whatever its outcome: an oom fault's own end, or no fault's
+        note = "; ".join(
+            f"rank {e['rank']} (pid {e['pid']}) was ended by the kernel's OOM killer ({e.get('message', '')})"
+            for e in ooms
+        )
         for r in results:
             r.error = f"{note}; {r.error}" if r.error else note
     return results

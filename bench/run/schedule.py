@@ -5,9 +5,11 @@ how far training got). :class:`ScheduledFault` turns one ``[[faults]]`` entry in
 firings: it evaluates the trigger, resolves the target to live processes (random
 choices come from a generator seeded by the scenario seed, the trial and the fault, so
 a trial's chaos schedule can be replayed), calls the injector and undoes transient
-faults when their time is up. Every firing is an event: ``inject`` (or ``arm`` for
-rank-side faults, whose hook records ``inject`` itself when it acts), ``fault_end``, or
-``inject_skipped`` with the reason when no live target was left.
+faults when their time is up. :func:`schedule` makes them for a trial: the entries of a
+failure mix (:mod:`bench.scenario.mix`) get the firing times the mix drew for them.
+Every firing is an event: ``inject`` (or ``arm`` for rank-side faults, whose hook
+records ``inject`` itself when it acts), ``fault_end``, or ``inject_skipped`` with the
+reason when no live target was left.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import random
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.procs.events import Event, EventWriter
+from bench.scenario import mix
 from bench.scenario.faults import COMPONENTS, FAULTS, FaultSpec
 from injectors.base import Target
 
@@ -88,7 +91,10 @@ class ScheduledFault:
         trial: int,
         ranks_per_host: int,
         namespaces: dict[int, str] | None = None,
+        arrivals: list[float] | None = None,
     ) -> None:
+        """``arrivals``: the firing times (s after the first step) a failure mix drew
+        for this entry, which replace its own ``mtbf_s`` draws and its ``count``."""
         self.index = index
         self.spec = spec
         self.kind = FAULTS[spec.kind]
@@ -104,8 +110,9 @@ class ScheduledFault:
         """When a firing whose trigger was met is due (later than the trigger with jitter)."""
         self._jitter_s = 0.0
         trig = spec.trigger
-        self._arrivals: list[float] = []
-        if trig.mtbf_s is not None:
+        self._arrivals: list[float] = [] if arrivals is None else list(arrivals)
+        self._limit = trig.count if arrivals is None else len(arrivals)
+        if trig.mtbf_s is not None and arrivals is None:
             t = 0.0
             for _ in range(trig.count):
                 t += self.rng.expovariate(1.0 / trig.mtbf_s)
@@ -113,7 +120,7 @@ class ScheduledFault:
 
     @property
     def limit(self) -> int:
-        return self.spec.trigger.count
+        return self._limit
 
     def poll(self, state: TrialState, now: int, harness: EventWriter) -> None:
         for firing in self.firings:
@@ -239,3 +246,22 @@ class ScheduledFault:
         firing.undo_at = None
         report = getattr(firing.injector, "report", None)
         harness.emit("fault_end", t=t, fault=self.index, kind=self.spec.kind, **({"report": report} if report else {}))
+
+
+def schedule(
+    faults: Sequence[FaultSpec],
+    *,
+    seed: int,
+    trial: int,
+    ranks_per_host: int,
+    namespaces: dict[int, str] | None = None,
+) -> list[ScheduledFault]:
+    """The scheduled faults of one trial, the failure mix's drawn in advance."""
+    found = mix.of(faults)
+    drawn = found.draw(seed, trial) if found is not None else {}
+    return [
+        ScheduledFault(
+            i, f, seed=seed, trial=trial, ranks_per_host=ranks_per_host, namespaces=namespaces, arrivals=drawn.get(i)
+        )
+        for i, f in enumerate(faults)
+    ]

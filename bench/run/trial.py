@@ -23,7 +23,7 @@ from bench.procs.resources import Counter, Sampler
 from bench.results.derive import fault_figures
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.hangs import StackDumps, tolerance
-from bench.run.schedule import ScheduledFault, TrialState
+from bench.run.schedule import ScheduledFault, TrialState, schedule
 from bench.run.watchdog import WatchdogLog
 from bench.scenario.faults import FAULTS
 from bench.scenario.loader import uses_namespaces
@@ -169,12 +169,9 @@ def _sampler(ctx: TrialContext) -> Sampler:
 def _schedule(ctx: TrialContext) -> list[ScheduledFault]:
     s = ctx.scenario
     namespaces = {r: ctx.namespace_of(r) for r in range(s.workload.world_size)} if ctx.network else {}
-    return [
-        ScheduledFault(
-            i, f, seed=s.measure.seed, trial=ctx.trial, ranks_per_host=s.launch.ranks_per_host, namespaces=namespaces
-        )
-        for i, f in enumerate(s.faults)
-    ]
+    return schedule(
+        s.faults, seed=s.measure.seed, trial=ctx.trial, ranks_per_host=s.launch.ranks_per_host, namespaces=namespaces
+    )
 
 
 def _drive(

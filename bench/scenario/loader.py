@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.scenario import figures, limits, memory
+from bench.scenario import figures, limits, memory, mix
 from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, show, to_dict
 from bench.scenario.faults import FAULTS, FaultSpec, check_fault
 from bench.scenario.model import (
@@ -325,6 +325,7 @@ def _cross_check(s: Scenario, file: str) -> None:
             where=f"faults.{i}",
             agents=s.launch.agents,
         )
+    mix.check(s.faults, file=file)
     declared = WORKLOADS[w.kind]
     if isinstance(declared, WorkloadPlugin) and declared.check is not None:
         declared.check(s, file)  # first: its reason is more precise than a strategy's list of kinds

@@ -120,7 +120,13 @@ class TriggerSpec:
     """Fire after each step with this probability (seeded)."""
     count: int = bounded(1, ge=1, le=MAX_FIRINGS)
     """How many times ``every_s``, ``mtbf_s`` or ``probability`` fire (the schedule of
-    ``mtbf_s`` is drawn in advance, so this is bounded)."""
+    ``mtbf_s`` is drawn in advance, so this is bounded); with ``share``, the arrivals of
+    the whole mix."""
+    share: float | None = bounded(None, gt=0, le=1e6)
+    """With ``mtbf_s``: this entry is one of a failure mix (:mod:`bench.scenario.mix`).
+    The entries with a share are one arrival process (their ``mtbf_s``, ``count`` and
+    ``jitter`` agree) and each arrival fires one of them, drawn by share (normalised:
+    any positive numbers, such as a table's percentages)."""
     jitter: Literal["none", "step"] = "none"
     """``step``: once the trigger is met, fire at a uniformly drawn moment of the next
     step (seeded) instead of at once, so that injections land anywhere in a step, as

@@ -23,7 +23,7 @@ class OomParams:
 class StorageParams:
     duration_s: float = bounded(gt=0, le=MAX_SECONDS)
     """How long the file system stays full before the filler is deleted."""
-    size_mb: int = bounded(256, ge=1, le=1 << 20)
+    size_mb: int = bounded(64, ge=1, le=1 << 20)
     """Size of the tmpfs mounted over the trial's checkpoint directory (it holds the
     checkpoints before the fault: at least two of them, as a save writes the new one
     before it drops the old). It is memory: it counts against the machine's."""

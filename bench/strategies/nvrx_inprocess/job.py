@@ -31,8 +31,7 @@ class NVRxInprocessJob(SupervisedJob):
         self.store.set(STORE_PORT_KEY, str(free_port()))
 
     def spec(self, rank: int, role: str) -> RankSpec:
-        ckpt = self.ctx.trial_dir / f"ckpt-{self.ctx.events_dir.name}"
-        return replace(super().spec(rank, role), checkpoint_dir=str(ckpt))
+        return replace(super().spec(rank, role), checkpoint_dir=str(self.ctx.checkpoint_dir))
 
     def poll(self, timeout_s: float) -> bool:
         self.reap()
