@@ -247,6 +247,12 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
 @click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False, path_type=Path), help="Cluster TOML file.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a cluster key (docs/project.md).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where project.md/png go [RUN/project].")
+@click.option(
+    "--validate",
+    is_flag=True,
+    help="RUN_DIR is a long chaos run: set its measured effective training time beside the model's prediction "
+    "for its own failure rate, world size, checkpoints and per-fault losses (writes validate.md).",
+)
 @errors
 def project(
     run_dir: str,
@@ -256,6 +262,7 @@ def project(
     cluster_file: Path | None,
     sets: tuple[str, ...],
     out: Path | None,
+    validate: bool,
 ) -> None:
     """Effective training time of each strategy at cluster scale (1K-100K GPUs), from
     RUN_DIR's measured recovery, each stack's fault-free tax and its state-moving costs,
@@ -263,6 +270,13 @@ def project(
     from bench.project import assumptions, build, inputs, render
 
     run = open_run(run_dir)
+    if validate:
+        from bench.project import validate as check
+
+        page = check.write(check.check(run), run, out or run.path / "project")
+        click.echo(page.read_text())
+        click.echo(f"written: {page}")
+        return
     measured = inputs.gather(
         inputs.locate(tax, run, inputs.TAX_SCENARIO, "--tax"),
         inputs.locate(state, run, inputs.STATE_SCENARIO, "--state"),

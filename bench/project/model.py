@@ -126,7 +126,7 @@ class Projection:
     notes: list[str] = field(default_factory=list)
 
 
-def _parts(
+def lost_parts(
     point: PointFigures,
     mean: np.ndarray,
     degraded: np.ndarray,
@@ -153,7 +153,7 @@ def _parts(
     return {"detect": detect, "recover": recover, "replay": replay, "degraded": deg}
 
 
-def _effective(
+def effective(
     parts: dict[str, np.ndarray],
     rate: float,
     tau: float | np.ndarray | None,
@@ -221,10 +221,10 @@ def project(
             b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at]
             shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]])
         b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
-        b_parts = _parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
-        boot = _effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
-        parts = _parts(point, mean, deg, shifts, n, cluster, tau)
-        eff, shares = _effective(parts, rate, tau, delta, tax.value if tax else 1.0)
+        b_parts = lost_parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
+        boot = effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
+        parts = lost_parts(point, mean, deg, shifts, n, cluster, tau)
+        eff, shares = effective(parts, rate, tau, delta, tax.value if tax else 1.0)
         e = float(eff[0])
         low, high = (float(x) for x in np.percentile(boot, BAND)) if replicates else (e, e)
         proj.cells.append(

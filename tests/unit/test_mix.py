@@ -147,3 +147,50 @@ def test_each_arrival_fires_the_entry_it_drew_at_its_moment(
         offsets = [(e["t"] - start) / 1e9 for e in injects if e["fault"] == i]
         assert all(off >= t for off, t in zip(offsets, times, strict=True))
     assert all(p.poll() is None for p in sleepers)  # stalled and resumed, never killed
+
+
+def test_the_report_counts_per_stack_the_faults_met_by_entry_and_their_outcomes(tmp_path: Path) -> None:
+    from bench.report.blocks import Report
+    from bench.report.mix import met, section
+    from bench.results.reader import load as load_run
+    from tests.unit.runfactory import point_hash, write_run
+
+    def entry(kind: str, share: float, **params: object) -> dict[str, object]:
+        trigger = {"mtbf_s": 30.0, "count": 20, "share": share, "jitter": "none"}
+        return {"kind": kind, "target": {"one": True}, "trigger": trigger, "params": params}
+
+    faults = [entry("kill", 3.0, signal="SIGKILL"), entry("stall", 1.0, duration_s=8.0)]
+    path = write_run(
+        tmp_path,
+        "llama3-mix",
+        {
+            "strategy=reinit": [
+                {"fault_index": 0, "outcome": "recovered", "downtime_s": 1.0},
+                {"fault_index": 0, "outcome": "recovered", "downtime_s": 3.0},
+                {"fault_index": 1, "fault": "stall", "outcome": "failed", "downtime_s": None},
+            ],
+            "strategy=restart": [
+                {"fault_index": 0, "outcome": "recovered", "downtime_s": 12.0},
+                {"fault_index": 1, "fault": "stall", "outcome": "not_injected", "downtime_s": None},
+            ],
+        },
+        config={"faults": faults},
+    )
+    skipped = path / "events" / point_hash("strategy=restart")[:12] / "0" / "harness.jsonl"
+    skipped.parent.mkdir(parents=True)
+    skipped.write_text('{"t": 5, "event": "inject_skipped", "fault": 0, "reason": "no live process to hit"}\n{"t": 6')
+    table = met(load_run(path))
+    assert table is not None
+    rows = {(r["stack"], r["entry"]): r for r in table.to_dict("records")}
+    kill = rows[("reinit", "faults.0 kill (signal SIGKILL)")]
+    assert (kill["share"], kill["injected"], kill["skipped"], kill["outcomes"]) == ("75.0 %", 2, 0, "recovered 2")
+    assert kill["downtime_s"] == "2 s [1 s-3 s]"
+    assert rows[("reinit", "faults.1 stall (duration_s 8.0)")]["outcomes"] == "failed 1"
+    never = rows[("restart", "faults.1 stall (duration_s 8.0)")]
+    assert (never["injected"], never["outcomes"], never["downtime_s"]) == (0, "-", "-")
+    assert rows[("restart", "faults.0 kill (signal SIGKILL)")]["skipped"] == 1  # the torn line is left out
+    rep = Report()
+    section(rep, [load_run(path)])
+    assert [b.kind for b in rep.blocks] == ["h2", "p", "table"]
+    without = write_run(tmp_path / "plain", "chaos", {"strategy=reinit": [{"outcome": "recovered"}]})
+    assert met(load_run(without)) is None

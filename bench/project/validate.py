@@ -1,0 +1,400 @@
+"""The projection checked against a measured run: ``ftbench project RUN --validate``.
+
+For each point of a chaos run (faults every so many seconds over a long trial) this
+sets the measured effective training time (:mod:`bench.results.effective`) beside what
+the model of :mod:`bench.project.model` predicts for the same conditions: the run's own
+failure rate (injections per second of wall time), world size, checkpoint write and
+interval (as the trial ran them), and per-fault losses (each recovered injection's
+phases, and its degraded running). E = c / (1 + lambda L) is the model's, untouched.
+
+The interval is a joint bootstrap over the trial's cycles (injection to injection,
+pooled over trials): each replicate resamples cycles, recomputes the measured fraction
+from their work and wall time and the prediction from their rate and losses, so the
+error's interval carries both sides' spread and their covariance.
+
+Where the two disagree, the parts say where: the share of wall time the model gives
+each part (detection, recovery, replay, degraded running, checkpoints) beside the
+share the trial spent on it, and the measurements of what the model leaves out:
+faults that arrived during a recovery (overlap), recoveries that failed, a checkpoint
+interval off Daly's optimum, steps slower after the first fault than before it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.procs.events import read_events
+from bench.project.assumptions import TargetCluster
+from bench.project.model import BAND, PARTS, effective, lost_parts
+from bench.project.source import CATCHUP, PointFigures, points
+from bench.report.tables import markdown
+from bench.results.effective import Effective, measure
+from bench.results.reader import Run
+
+#: Parts of lost time a chaos trial measures directly (the tax is the stack's own step).
+MEASURED_PARTS = tuple(p for p in PARTS if p != "tax")
+NEVER = ("not_injected",)
+#: Outcomes of a fault whose window (up to the next injection) ended before it
+#: recovered: the next one came during its recovery.
+UNFINISHED = ("failed", "hung", "unrecorded")
+
+
+@dataclass
+class Injection:
+    """One injected fault of a trial, as the model needs it."""
+
+    t_ns: int
+    outcome: str
+    phases: np.ndarray
+    """Seconds per phase of the point (0 where the row lacks one)."""
+    downtime_s: float
+    degraded_s: float
+    """Seconds run on a smaller world after recovery (until full again, or the next fault)."""
+    overlapped: bool
+    """It came before the previous injection's recovery was over (or that one never recovered)."""
+
+
+@dataclass
+class Check:
+    """Measured against predicted for one point."""
+
+    label: str
+    strategy: str
+    trials: int = 0
+    wall_s: float = math.nan
+    injected: int = 0
+    skipped: int = 0
+    recovered: int = 0
+    overlapped: int = 0
+    rate_per_s: float = math.nan
+    lost_s: float = math.nan
+    tau_s: float | None = None
+    tau_opt_s: float | None = None
+    delta_s: float = math.nan
+    measured: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    predicted: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    error: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+    """Measured minus predicted: estimate, low, high (fractions)."""
+    model_shares: dict[str, float] = field(default_factory=dict)
+    measured_shares: dict[str, float] = field(default_factory=dict)
+    slowdown: float = math.nan
+    """Median step time after the first fault over the fault-free median."""
+    notes: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def check(run: Run, *, replicates: int = 2000, seed: int = 0, agree: float = 0.05) -> list[Check]:
+    """One :class:`Check` per point with fault trials; ``agree``: the gap (a fraction)
+    within which the two count as agreeing."""
+    figures = {p.label: p for p in points(run)}
+    out = []
+    for p in run.points():
+        h = p["point_hash"]
+        df = run.measured(h)
+        if df.empty:
+            continue
+        label = str(df["label"].iloc[0])
+        res = Check(label=label, strategy=str(df["strategy"].iloc[0]))
+        point = figures.get(label)
+        w = p.get("config", {}).get("workload", {})
+        ranks_per_host = int(p.get("config", {}).get("launch", {}).get("ranks_per_host", 1))
+        if point is None or not w:
+            res.reason = "the run does not record this point's workload"
+        else:
+            _check_point(run, h, df, point, w, ranks_per_host, res, replicates, seed, agree)
+        out.append(res)
+    return out
+
+
+def _check_point(
+    run: Run,
+    h: str,
+    df: pd.DataFrame,
+    point: PointFigures,
+    w: dict[str, object],
+    ranks_per_host: int,
+    res: Check,
+    replicates: int,
+    seed: int,
+    agree: float,
+) -> None:
+    cols = run.phase_columns(h)
+    world, steps, warmup = int(str(w["world_size"])), int(str(w["steps"])), int(str(w.get("warmup_steps", 5)))
+    trials: list[tuple[Effective, list[Injection]]] = []
+    for trial, rows in df.groupby("trial", sort=True):
+        events = read_events(run.events_dir(h, str(trial)))
+        eff = measure(events, steps=steps, warmup_steps=warmup, world=world)
+        if eff is None:
+            continue
+        res.skipped += sum(1 for e in events if e["event"] == "inject_skipped")
+        trials.append((eff, _injections(events, rows, cols, eff)))
+    if not trials:
+        res.reason = "no trial trained with a fault-free step time before its first fault"
+        return
+    effs = [e for e, _ in trials]
+    injections = [i for _, injs in trials for i in injs]
+    res.trials, res.wall_s = len(trials), sum(e.wall_s for e in effs)
+    res.injected = len(injections)
+    res.recovered = sum(1 for i in injections if i.outcome == "recovered")
+    res.overlapped = sum(1 for i in injections if i.overlapped)
+    res.slowdown = float(np.median([e.slowdown for e in effs if not math.isnan(e.slowdown)] or [math.nan]))
+    saves = sum(e.saves for e in effs)
+    res.delta_s = sum(e.checkpoint_s for e in effs) / saves if saves else 0.0
+    gaps = [g for e in effs for g in e.save_gaps_s]
+    res.tau_s = float(np.mean(gaps)) if saves and gaps else None
+    if res.recovered == 0:
+        res.reason = "no injected fault recovered: the model has no loss per failure to work with"
+        return
+    # Cycles pooled over trials: wall, work, and the injection that opened each.
+    cycles = [(c, injs[c.fault] if c.fault is not None else None) for e, injs in trials for c in e.cycles]
+    wall = np.array([c.wall_s for c, _ in cycles])
+    useful = np.array([c.useful_s for c, _ in cycles])
+    is_fault = np.array([i is not None for _, i in cycles], dtype=float)
+    rec = np.array([i is not None and i.outcome == "recovered" for _, i in cycles], dtype=float)
+    phases = np.array([i.phases if i is not None else np.zeros(len(cols)) for _, i in cycles]).reshape(len(cycles), -1)
+    degraded = np.array([i.degraded_s if i is not None else 0.0 for _, i in cycles])
+    fig = replace(point, world=world, phases=point.phases, degraded_s=degraded[rec > 0])
+    cluster = TargetCluster(gpus=(world,), gpus_per_host=ranks_per_host, checkpoint_write_s=res.delta_s)
+
+    def predict(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Measured and predicted E, and the model's shares, for rows of resampled cycles."""
+        r = rec[idx]
+        n_rec = r.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = (phases[idx] * r[..., None]).sum(axis=1) / n_rec[:, None]
+            deg = (degraded[idx] * r).sum(axis=1) / n_rec
+            rate = is_fault[idx].sum(axis=1) / wall[idx].sum(axis=1)
+            meas = useful[idx].sum(axis=1) / wall[idx].sum(axis=1)
+        parts = lost_parts(fig, mean, deg, {}, world, cluster, res.tau_s)
+        pred, shares = effective(parts, rate, res.tau_s, res.delta_s)
+        return meas, pred, shares
+
+    meas, pred, shares = predict(np.arange(len(cycles))[None, :])
+    rng = np.random.default_rng(seed)
+    b_meas, b_pred, _ = predict(rng.integers(0, len(cycles), size=(replicates, len(cycles))))
+    ok = ~(np.isnan(b_meas) | np.isnan(b_pred))
+    res.measured = _band(float(meas[0]), b_meas[ok])
+    res.predicted = _band(float(pred[0]), b_pred[ok])
+    res.error = _band(float(meas[0] - pred[0]), (b_meas - b_pred)[ok])
+    res.rate_per_s = res.injected / res.wall_s
+    mean = (phases * rec[:, None]).sum(axis=0) / rec.sum()
+    res.lost_s = float(
+        sum(
+            v[0]
+            for v in lost_parts(
+                fig, mean[None, :], np.array([degraded[rec > 0].mean()]), {}, world, cluster, res.tau_s
+            ).values()
+        )
+    )
+    res.model_shares = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in shares.items() if k in MEASURED_PARTS}
+    res.measured_shares = _measured_shares(effs, injections, cols, res.wall_s)
+    if res.tau_s is not None:
+        res.tau_opt_s = TargetCluster(
+            gpus=(world,),
+            gpus_per_host=ranks_per_host,
+            failures_per_host_day=res.rate_per_s * 86_400.0 * ranks_per_host / world,
+        ).interval(world, res.delta_s)[0]
+    res.notes = _diagnose(res, agree)
+
+
+def _injections(
+    events: list[dict[str, object]], rows: pd.DataFrame, cols: list[str], eff: Effective
+) -> list[Injection]:
+    """The trial's injections in time order, each with its row of trials.csv: rows of one
+    fault entry are in the order it fired, so the k-th row of entry i is its k-th inject."""
+    injects = sorted(
+        (e for e in events if e["event"] == "inject" and int(str(e["t"])) in set(eff.injects_ns)),
+        key=lambda e: int(str(e["t"])),
+    )
+    by_entry: dict[int, list[pd.Series]] = {}
+    for _, r in rows[~rows["outcome"].isin(NEVER)].iterrows():
+        by_entry.setdefault(int(r["fault_index"]), []).append(r)
+    taken: dict[int, int] = {}
+    ends = [*eff.injects_ns[1:], eff.cycles[-1].end_ns]
+    out: list[Injection] = []
+    prev_end = 0
+    for e, nxt in zip(injects, ends, strict=True):
+        i = int(str(e.get("fault", 0)))
+        k = taken.get(i, 0)
+        taken[i] = k + 1
+        row = by_entry.get(i, [])[k] if k < len(by_entry.get(i, [])) else None
+        t = int(str(e["t"]))
+        outcome = str(row["outcome"]) if row is not None else "unrecorded"
+        down = _num(row.get("downtime_s")) if row is not None else math.nan
+        ttfs = _num(row.get("ttfs_s")) if row is not None else math.nan
+        gap = (nxt - t) / 1e9
+        degraded = max(0.0, (gap if math.isnan(ttfs) else min(ttfs, gap)) - (0.0 if math.isnan(down) else down))
+        vals = np.nan_to_num(np.array([_num(row.get(c)) if row is not None else 0.0 for c in cols]), nan=0.0)
+        out.append(
+            Injection(
+                t_ns=t,
+                outcome=outcome,
+                phases=vals,
+                downtime_s=down,
+                degraded_s=degraded if outcome == "recovered" else 0.0,
+                overlapped=bool(out) and (out[-1].outcome in UNFINISHED or t < prev_end),
+            )
+        )
+        prev_end = t + int(down * 1e9) if outcome == "recovered" and not math.isnan(down) else t
+    return out
+
+
+def _measured_shares(
+    effs: list[Effective], injections: list[Injection], cols: list[str], wall: float
+) -> dict[str, float]:
+    """Share of the wall time the trials spent on each part, as measured."""
+    detect = [c == "phase_detect_s" for c in cols]
+    replay = [c == CATCHUP for c in cols]
+    rec = [i for i in injections if i.outcome == "recovered"]
+    parts = {
+        "detect": sum(float(i.phases[detect].sum()) for i in rec),
+        "recover": sum(float(i.phases[~np.array(detect) & ~np.array(replay)].sum()) for i in rec),
+        "replay": sum(float(i.phases[replay].sum()) for i in rec),
+        "degraded": sum(e.degraded_s for e in effs),
+        "checkpoint": sum(e.checkpoint_s for e in effs),
+    }
+    return {k: v / wall for k, v in parts.items()}
+
+
+def _diagnose(res: Check, agree: float) -> list[str]:
+    """Which term of the model is off, from the measurements (empty when they agree
+    and nothing the model leaves out was met)."""
+    notes = []
+    est, low, high = res.error
+    if abs(est) <= agree:
+        notes.append(f"agree within {100 * agree:.0f} points (measured - predicted = {100 * est:+.1f} points)")
+    else:
+        notes.append(f"differ by {100 * est:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]")
+    for part in MEASURED_PARTS:
+        m, p = res.measured_shares.get(part, 0.0), res.model_shares.get(part, 0.0)
+        if abs(m - p) >= 0.02:
+            notes.append(f"{part}: the model gives it {100 * p:.1f} % of wall time, the trial spent {100 * m:.1f} %")
+    failed = res.injected - res.recovered
+    if failed:
+        notes.append(
+            f"{failed} of {res.injected} injected faults did not recover: their cost is in the measured time, "
+            "while the model's loss per failure averages the recovered ones only"
+        )
+    if res.overlapped:
+        notes.append(
+            f"{res.overlapped} of {res.injected} faults arrived while the previous recovery was under way "
+            f"(and {res.skipped} firings found no live process): the model counts failures as separate"
+        )
+    if res.tau_s is not None and res.tau_opt_s is not None and res.tau_s > 0:
+        notes.append(
+            f"checkpoint interval {res.tau_s:.3g} s against Daly's optimum {res.tau_opt_s:.3g} s for this rate "
+            f"and a {res.delta_s:.3g} s write"
+        )
+    if not math.isnan(res.slowdown) and abs(res.slowdown - 1.0) >= 0.05:
+        notes.append(
+            f"steps of the full world after the first fault took {res.slowdown:.2f}x the fault-free median: the "
+            "model runs every step at the fault-free speed between failures, and measured E "
+            f"{'loses' if res.slowdown > 1 else 'gains'} what this changes (on a shared machine, its load)"
+        )
+    rest = 1.0 - res.measured[0] - sum(res.measured_shares.values())
+    if abs(rest) >= 0.02:
+        notes.append(
+            f"{100 * rest:+.1f} % of wall time is in no measured part (failed or overlapping recoveries, steps "
+            "slower or faster than the fault-free median)"
+        )
+    return notes
+
+
+def _band(estimate: float, draws: np.ndarray) -> tuple[float, float, float]:
+    if not len(draws):
+        return (estimate, math.nan, math.nan)
+    low, high = (float(x) for x in np.percentile(draws, BAND))
+    return (estimate, min(low, estimate), max(high, estimate))
+
+
+def _num(v: object) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def table(checks: list[Check]) -> pd.DataFrame:
+    """Measured beside predicted, one row per point."""
+    rows = []
+    for c in checks:
+        rows.append(
+            {
+                "strategy": c.strategy,
+                "wall": f"{c.wall_s / 60:.1f} min" if not math.isnan(c.wall_s) else "-",
+                "faults": f"{c.injected} ({c.recovered} recovered, {c.skipped} skipped)",
+                "MTBF": f"{1 / c.rate_per_s:.3g} s" if c.rate_per_s > 0 else "-",
+                "L": f"{c.lost_s:.3g} s" if not math.isnan(c.lost_s) else "-",
+                "measured E": _pct(c.measured),
+                "predicted E": _pct(c.predicted),
+                "error (points)": _pts(c.error),
+                "note": c.reason or "; ".join(c.notes[:1]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _pct(v: tuple[float, float, float]) -> str:
+    e, lo, hi = v
+    if math.isnan(e):
+        return "-"
+    return f"{100 * e:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]" if not math.isnan(lo) else f"{100 * e:.1f} %"
+
+
+def _pts(v: tuple[float, float, float]) -> str:
+    e, lo, hi = v
+    if math.isnan(e):
+        return "-"
+    return f"{100 * e:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]" if not math.isnan(lo) else f"{100 * e:+.1f}"
+
+
+def parts_table(checks: list[Check]) -> pd.DataFrame:
+    """Each part's share of wall time: the model's against the trial's."""
+    rows = []
+    for c in checks:
+        if c.reason:
+            continue
+        for part in MEASURED_PARTS:
+            m, p = c.measured_shares.get(part, math.nan), c.model_shares.get(part, math.nan)
+            rows.append(
+                {
+                    "strategy": c.strategy,
+                    "part": part,
+                    "model": f"{100 * p:.1f} %",
+                    "measured": f"{100 * m:.1f} %",
+                    "difference (points)": f"{100 * (m - p):+.1f}",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def write(checks: list[Check], run: Run, out: Path) -> Path:
+    """``validate.md`` in ``out``: the comparison, the parts and the notes per point."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# Effective training time: measured against predicted ({run.tag})",
+        "",
+        "Measured: each distinct step once at the fault-free step time, scaled by the world that made it, over "
+        "the wall time from the first step to the job's end. Predicted: E = c / (1 + lambda L) with this run's "
+        "injections per second of wall time (lambda), mean loss per recovered fault (L: detection, recovery, "
+        "replay, degraded running) and its checkpoint write and interval (c). Intervals: 5-95 % of a joint "
+        "bootstrap over the trials' cycles (injection to injection). Method: docs/project.md.",
+        "",
+        markdown(table(checks)),
+    ]
+    parts = parts_table(checks)
+    if not parts.empty:
+        lines += ["## Where the wall time went", "", markdown(parts)]
+    lines += ["## Notes", ""]
+    for c in checks:
+        lines.append(f"- **{c.strategy}**: " + (c.reason or "; ".join(c.notes)))
+        if c.tau_s is None and not c.reason:
+            lines.append("  (no checkpoints written: c = 1)")
+    page = out / "validate.md"
+    page.write_text("\n".join(lines) + "\n")
+    return page

@@ -1,0 +1,76 @@
+"""The measured effective training time of a chaos trial, from hand-made event logs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from bench.results.effective import _cycle_of, measure
+
+NS = 1_000_000_000
+STEP = 0.1
+
+
+def steps(gen: int, first: int, last: int, start_s: float, ranks: list[int]) -> list[dict[str, Any]]:
+    """Steps ``first..last`` of one generation, one every 0.1 s from ``start_s`` on every rank."""
+    out = []
+    for k, step in enumerate(range(first, last + 1), start=1):
+        t = round((start_s + k * STEP) * NS)
+        for r in ranks:
+            out.append(
+                {"t": t, "event": "step_end", "src": "rank", "rank": r, "gen": gen, "step": step, "step_s": STEP}
+                | {"world_size": len(ranks)}
+            )
+    return out
+
+
+def trial() -> list[dict[str, Any]]:
+    """Four ranks run steps 1-10; rank 3 is killed at 1.05 s; three ranks roll back to
+    the checkpoint of step 8 and run steps 9-20 from 3.0 s (9 and 10 again)."""
+    events = steps(0, 1, 10, 0.0, [0, 1, 2, 3]) + steps(1, 9, 20, 3.0, [0, 1, 2])
+    events += [
+        {"t": int(0.45 * NS), "event": "checkpoint", "src": "rank", "rank": 0, "gen": 0, "step": 4, "blocked_s": 0.05},
+        {"t": int(0.85 * NS), "event": "checkpoint", "src": "rank", "rank": 0, "gen": 0, "step": 8, "blocked_s": 0.05},
+        {"t": int(1.05 * NS), "event": "inject", "src": "harness", "fault": 0, "kind": "kill", "ranks": [3]},
+    ]
+    return sorted(events, key=lambda e: e["t"])
+
+
+def test_distinct_steps_at_their_world_over_wall_time() -> None:
+    eff = measure(trial(), steps=20, warmup_steps=2, world=4)
+    assert eff is not None
+    assert eff.ff_step_s == pytest.approx(STEP)
+    assert eff.steps_done == 20
+    assert eff.wall_s == pytest.approx(4.2)  # first step's start (0 s) to the last rank event (4.2 s)
+    # Steps 1-8 by four ranks (0.8 s of work), 9-20 last made by three (12 x 0.75 x 0.1 s).
+    assert eff.useful_s == pytest.approx(0.8 + 0.9)
+    assert eff.value == pytest.approx(1.7 / 4.2)
+    first, second = eff.cycles
+    assert first.fault is None and second.fault == 0
+    assert first.wall_s == pytest.approx(1.05) and second.wall_s == pytest.approx(3.15)
+    # Steps 9 and 10 of the first world were replayed: their work is booked where it stuck.
+    assert first.useful_s == pytest.approx(0.8) and second.useful_s == pytest.approx(0.9)
+    assert first.degraded_s == 0 and second.degraded_s == pytest.approx(12 * 0.25 * STEP)
+    assert eff.saves == 2 and eff.checkpoint_s == pytest.approx(0.1)
+    assert eff.save_gaps_s == pytest.approx((0.35,))  # end of one save to the next, less the write
+    assert math.isnan(eff.slowdown)  # no full-world step after the fault
+
+
+def test_full_world_steps_after_the_fault_give_the_slowdown() -> None:
+    events = trial() + [e | {"step_s": 0.15, "t": e["t"] + int(2 * NS)} for e in steps(2, 21, 24, 4.2, [0, 1, 2, 3])]
+    eff = measure(events, steps=24, warmup_steps=2, world=4)
+    assert eff is not None and eff.slowdown == pytest.approx(1.5)
+
+
+def test_no_figure_without_a_fault_free_step_time() -> None:
+    events = [e for e in trial() if e["event"] != "inject"]
+    events.append({"t": int(0.05 * NS), "event": "inject", "src": "harness", "fault": 0, "kind": "kill"})
+    assert measure(sorted(events, key=lambda e: e["t"]), steps=20, warmup_steps=2, world=4) is None
+    assert measure([], steps=20, warmup_steps=2, world=4) is None
+
+
+@pytest.mark.parametrize(("t", "cycle"), [(0, 0), (9, 0), (10, 1), (19, 1), (20, 2), (30, 2), (99, 2)])
+def test_a_stamp_belongs_to_the_cycle_it_falls_in(t: int, cycle: int) -> None:
+    assert _cycle_of([0, 10, 20, 30], t) == cycle
