@@ -19,6 +19,7 @@ dropped by the caller with :func:`present`, so that ``n`` always counts what was
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -74,11 +75,37 @@ class Interval:
         return not math.isnan(self.low)
 
 
-def _binom_cdf(k: int, n: int, p: Fraction) -> Fraction:
-    """P(B <= k) for B ~ Binomial(n, p), exactly."""
-    if k < 0:
-        return Fraction(0)
-    return sum((math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(min(k, n) + 1)), Fraction(0))
+def _binom_cdf_numerators(n: int, p: Fraction) -> tuple[list[int], int]:
+    """P(B <= k) for B ~ Binomial(n, p) and every k in 0..n, exactly, as integer
+    numerators over one common denominator ``b ** n`` (``p = a / b``): one running sum
+    whose terms ``comb(n, i) a^i (b - a)^(n - i)`` follow from each other by a ratio, so
+    thousands of trials cost milliseconds where a sum of fractions per ``k`` took hours."""
+    a, b = p.numerator, p.denominator
+    c = b - a
+    term = c**n  # i = 0
+    total, cdf = 0, []
+    for i in range(n + 1):
+        total += term
+        cdf.append(total)
+        if i < n:
+            term = term * (n - i) * a // ((i + 1) * c)  # exact: the next term is an integer
+    return cdf, b**n
+
+
+@functools.lru_cache(maxsize=256)
+def _order_statistics(n: int, p: Fraction, tail: Fraction) -> tuple[int, int, float] | None:
+    """The 1-based order statistics ``(l, u)`` of :func:`quantile_ci` and their exact
+    coverage, or None when no pair reaches the level. They depend on ``n`` and the level
+    alone, not on the values, so a report's many cells of one ``n`` compute them once."""
+    cdf, den = _binom_cdf_numerators(n, p)
+    # cdf[k] / den <= tail  <=>  cdf[k] * tail.den <= tail.numerator * den (all integers)
+    bound = tail.numerator * den
+    lows = [i for i in range(1, n + 1) if cdf[i - 1] * tail.denominator <= bound]
+    highs = [j for j in range(1, n + 1) if (den - cdf[j - 1]) * tail.denominator <= bound]
+    if not lows or not highs or min(highs) <= max(lows) - 1:
+        return None
+    lo, hi = max(lows), min(highs)
+    return lo, hi, float(Fraction(cdf[hi - 1] - cdf[lo - 1], den))
 
 
 def quantile_ci(values: Sequence[float], q: float = 0.5, level: float = 0.95) -> Interval:
@@ -100,14 +127,11 @@ def quantile_ci(values: Sequence[float], q: float = 0.5, level: float = 0.95) ->
         return Interval(math.nan, math.nan, math.nan, 0)
     p = Fraction(q).limit_denominator(10**6)
     tail = Fraction(1 - level).limit_denominator(10**9) / 2
-    cdf = [_binom_cdf(k, n, p) for k in range(n + 1)]  # cdf[k] = P(B <= k)
-    lows = [i for i in range(1, n + 1) if cdf[i - 1] <= tail]
-    highs = [j for j in range(1, n + 1) if 1 - cdf[j - 1] <= tail]
-    if not lows or not highs or min(highs) <= max(lows) - 1:
+    found = _order_statistics(n, p, tail)
+    if found is None:
         return Interval(math.nan, math.nan, math.nan, n)
-    lo, hi = max(lows), min(highs)
-    coverage = cdf[hi - 1] - cdf[lo - 1]
-    return Interval(xs[lo - 1], xs[hi - 1], float(coverage), n)
+    lo, hi, coverage = found
+    return Interval(xs[lo - 1], xs[hi - 1], coverage, n)
 
 
 def median_ci(values: Sequence[float], level: float = 0.95) -> Interval:
