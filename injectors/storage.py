@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ SOURCE = "ftb-ckpt"
 """The mount's source name: what ``findmnt`` and ``/proc/mounts`` show, and how
 :func:`unmount` knows the mount is ftbench's."""
 FILLER = ".ftbench-filler"
+"""Filler files are named FILLER-<8 hex>, one or more per firing."""
 CHUNK = 1 << 20
 
 
@@ -82,6 +84,8 @@ class Volume:
     def __init__(self, path: Path, size_bytes: int) -> None:
         self.path = path
         self.size_bytes = size_bytes
+        self.fills: list[Fill] = []
+        """Storage firings holding the file system full now."""
 
     def mount(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -106,22 +110,38 @@ class Fill:
 
     The filler is written (not merely allocated), so that the space is really taken as
     a stack's own files would take it; the next save that needs more than what is left
-    fails with ENOSPC. ``undo`` deletes it."""
+    fails with ENOSPC. ``undo`` deletes it. Firings that overlap keep the file system
+    full until the last of them ends: one that ends while others hold hands the filling
+    on to the newest of them (each firing owns its own files)."""
 
     def __init__(self, *, duration_s: float, size_mb: int, leave_mb: float) -> None:
         self.duration_s: float | None = duration_s
         self.leave_bytes = int(leave_mb * CHUNK)
         self.report: dict[str, Any] = {}
-        self._filler: Path | None = None
+        self._volume: Volume | None = None
+        self._fillers: list[Path] = []
 
     def inject(self, target: Target) -> dict[str, Any]:
         volume = Volume.current
         if volume is None:
             raise RuntimeError("storage: the trial has no checkpoint file system of ftbench's mounted")
-        self._filler = volume.path / FILLER
+        self._volume = volume
+        volume.fills.append(self)
+        written = self._fill(volume)
+        return {
+            "mechanism": f"tmpfs of {volume.size_bytes} bytes over the checkpoint directory, filled by a file",
+            "filled_bytes": written,
+            "free_bytes": volume.free_bytes(),
+            "checkpoint_dir": str(volume.path),
+        }
+
+    def _fill(self, volume: Volume) -> int:
+        """Write a new filler file of this firing's until ``leave_mb`` is left; its size."""
+        path = volume.path / f"{FILLER}-{uuid.uuid4().hex[:8]}"
+        self._fillers.append(path)
         written = 0
         chunk = b"\0" * CHUNK
-        with open(self._filler, "wb") as fh:
+        with open(path, "wb") as fh:
             while (room := volume.free_bytes() - self.leave_bytes) > 0:
                 try:
                     written += fh.write(chunk[: min(CHUNK, room)])
@@ -130,18 +150,20 @@ class Fill:
                     if err.errno != errno.ENOSPC:
                         raise
                     break
-        return {
-            "mechanism": f"tmpfs of {volume.size_bytes} bytes over the checkpoint directory, filled by a file",
-            "filled_bytes": written,
-            "free_bytes": volume.free_bytes(),
-            "checkpoint_dir": str(volume.path),
-        }
+        return written
 
     def undo(self) -> None:
-        """Delete the filler (idempotent): the space is back."""
-        if self._filler is not None:
-            self._filler.unlink(missing_ok=True)
-            self._filler = None
+        """Delete this firing's fillers (idempotent): the space is back, unless another
+        firing still holds, which then fills it again."""
+        volume, self._volume = self._volume, None
+        for path in self._fillers:
+            path.unlink(missing_ok=True)
+        self._fillers = []
+        if volume is None:
+            return
+        volume.fills.remove(self)
+        if volume.fills:
+            volume.fills[-1]._fill(volume)
 
 
 def main(argv: list[str]) -> int:

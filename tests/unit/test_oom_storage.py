@@ -147,6 +147,23 @@ def test_a_filled_file_system_refuses_writes_until_the_fault_is_undone(tmp_path:
     assert not storage.mounted(volume.path)
 
 
+def test_overlapping_fills_keep_the_file_system_full_until_the_last_ends(tmp_path: Path) -> None:
+    _need(storage.unavailable())
+    volume = storage.Volume(tmp_path / "ckpt", 4 << 20)
+    volume.mount()
+    try:
+        first, second = (storage.Fill(duration_s=1, size_mb=4, leave_mb=0) for _ in range(2))
+        first.inject(Target(ranks=[0], pids=[os.getpid()]))
+        assert second.inject(Target(ranks=[0], pids=[os.getpid()]))["filled_bytes"] == 0
+        first.undo()
+        assert volume.free_bytes() == 0, "the second firing still holds"
+        second.undo()
+        assert volume.free_bytes() > (3 << 20) and volume.fills == []
+        first.undo()  # idempotent
+    finally:
+        assert volume.close() == ""
+
+
 def _scenario_of(kinds: list[str]) -> Any:
     s = raw(kinds[0])
     s["faults"] = [raw(k)["faults"][0] for k in kinds]
