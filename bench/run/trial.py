@@ -18,8 +18,9 @@ from typing import Any
 
 from bench.jobs.job import Job, TrialContext, TrialNetwork
 from bench.procs.events import Event, EventTail, EventWriter, read_clocks, read_events
-from bench.procs.oom import oom_killed
+from bench.procs.oom import oom_records
 from bench.procs.resources import Counter, Sampler
+from bench.procs.trialmachine import TrialMachine
 from bench.results.derive import fault_figures
 from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.hangs import StackDumps, tolerance
@@ -60,6 +61,13 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
     ctx.events_dir.mkdir(parents=True)
     harness = EventWriter(ctx.events_dir / "harness.jsonl", src="harness")
     ctx = replace(ctx, network=_network(ctx))
+    machine = TrialMachine.set_up(
+        scenario,
+        run_id=ctx.host.run_id,
+        name=f"{ctx.host.run_id}-{ctx.point.point_hash[:12]}-{ctx.events_dir.name}",
+        checkpoint_dir=ctx.checkpoint_dir,
+    )
+    ctx = replace(ctx, memory_cgroup=str(machine.cgroup or ""))
     job: Job = STRATEGIES[scenario.recovery.strategy].load()(ctx)
     faults = [] if ctx.fault_free else _schedule(ctx)
     tolerance_s, tolerance_key = tolerance(scenario)
@@ -73,6 +81,7 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         deadline_s=ctx.deadline_s,
         tolerance_s=tolerance_s,
         tolerance_key=tolerance_key,
+        **machine.describe(),
     )
     outcome = "interrupted"
     tail = EventTail(ctx.events_dir)
@@ -99,22 +108,26 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         job.close()
         if ctx.network is not None:
             ctx.network.destroy()
-        for rank, pid, message in _oom_kills(ctx.events_dir, start):
-            harness.emit("oom_kill", rank=rank, pid=pid, message=message)
+        for problem in machine.close():
+            harness.emit("cleanup_problem", what=problem)
+        for rank, pid, stamp, message in _oom_kills(ctx.events_dir, start):
+            harness.emit("oom_kill", rank=rank, pid=pid, t_kernel=stamp, message=message)
         harness.emit("trial_end", outcome=outcome)
         harness.close()
     return _result(ctx, job, outcome, start, reference)
 
 
-def _oom_kills(events_dir: Path, since_ns: int) -> list[tuple[int, int, str]]:
-    """(rank, pid, the kernel's message) of each rank process the OOM killer ended
-    during the trial: its SIGKILL looks like any other, the kernel's log tells."""
+def _oom_kills(events_dir: Path, since_ns: int) -> list[tuple[int, int, int, str]]:
+    """(rank, pid, the kernel's stamp of the kill, its message) of each rank process the
+    OOM killer ended during the trial: its SIGKILL looks like any other, the kernel's
+    log tells (and when: the stamp is the kernel's clock, CLOCK_MONOTONIC within about
+    a millisecond)."""
     pids: dict[int, int] = {}
     for path in events_dir.glob("rank*-*.jsonl"):
         rank, _, pid = path.stem.removeprefix("rank").partition("-")
         if rank.isdigit() and pid.isdigit():
             pids[int(pid)] = int(rank)
-    return [(pids[pid], pid, msg) for pid, msg in sorted(oom_killed(pids, since_ns=since_ns).items())]
+    return [(pids[pid], pid, t, msg) for pid, (t, msg) in sorted(oom_records(pids, since_ns=since_ns).items())]
 
 
 def _network(ctx: TrialContext) -> TrialNetwork | None:
