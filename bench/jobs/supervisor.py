@@ -112,7 +112,7 @@ class SupervisedJob(Job):
         if code == EXIT_OK:
             self.finished_at = self.finished_at or time.monotonic()
             self.replacements.clear()
-        elif code != EXIT_LEFT and self.finished_at is None:
+        elif code != EXIT_LEFT and self.finished_at is None and not self.stopped_by_us(r):
             if STRATEGIES[self.ctx.scenario.recovery.strategy].supervised and not r.recorded:
                 self.supervisor.emit("detect", how="exit", of_rank=r.rank, exitcode=code)
             delay = self.replacement_delay(r.rank)
@@ -123,6 +123,11 @@ class SupervisedJob(Job):
                 self.store.set(f"dead/{r.rank}", str(code))
             except Exception:  # it died just now
                 pass
+
+    def stopped_by_us(self, r: RankProcess) -> bool:
+        """Whether the job itself stopped ``r`` (as an agent stops a failed worker's
+        peers): its exit is then neither a detection nor a death to replace."""
+        return False
 
     def on_tick(self) -> None:
         """Called after every poll (torchft: watch the lighthouse, end a finished job)."""

@@ -59,3 +59,20 @@ def test_reinit_recovers_ddp_from_the_same_data_position(run_scenario) -> None:
     assert r["outcome"] == "recovered", r
     assert r["tokens_skipped"] == 0 and r["tokens_repeated"] == 0
     assert not math.isnan(r["loss_delta"]) and abs(r["loss_delta"]) < 1e-4
+
+
+@pytest.mark.timeout(400)
+def test_torchft_heals_a_lost_hsdp_replica_group_from_the_live_one(run_scenario) -> None:
+    """Rank 2 (group 1, shard 0) dies; its peer is stopped and group 1 comes back whole,
+    each rank fetching its shards from the same shard of group 0 over torchft's HTTP
+    transport, at the stream position of the reference and on its loss."""
+    pytest.importorskip("torchft")
+    scenario = TINY.format(parallelism="hsdp", strategy="torchft").replace("steps = 14", "steps = 120")
+    scenario = scenario.replace("deadline_s = 60", "deadline_s = 150")  # 8 interpreters start, on 2 cores
+    report = run_scenario(scenario + "[recovery.torchft]\nrestart_delay_s = 0.5\n")
+    (r,) = rows(report)
+    assert r["outcome"] == "recovered", r
+    assert r["restore_bytes"] > 0 and r["restore_s"] > 0, "the replacement group healed from a live replica"
+    assert not math.isnan(r["ttfs_s"]), "the world came back to 4 ranks"
+    assert r["tokens_skipped"] == 0 and r["tokens_repeated"] == 0
+    assert not math.isnan(r["loss_delta"]) and abs(r["loss_delta"]) < 1e-4

@@ -77,6 +77,21 @@ class TorchFTParams:
     ``tf_pg``; ``torchft_pg_path`` in run.json's ``strategy_versions``)."""
 
 
+def group_size(scenario: Scenario) -> int:
+    """Ranks per replica group: ``world_size / replicas`` for the sharded transformer
+    under hsdp (the group shards, torchft replicates across groups), else 1."""
+    wl = scenario.workload
+    if getattr(wl.params, "parallelism", "ddp") == "hsdp":
+        return int(wl.world_size // wl.params.replicas)
+    return 1
+
+
+def group_key(group: int) -> str:
+    """The launcher-store key under which the harness publishes the incarnation of
+    replica group ``group``: its ranks rendezvous under it, apart from a lost one's."""
+    return f"torchft/group{group}/epoch"
+
+
 def check(scenario: Scenario, file: str) -> None:
     """A trial has ``workload.world_size`` replica groups of one process each: a quorum
     or a commit that needs more of them than exist never forms, and every trial would
@@ -84,7 +99,15 @@ def check(scenario: Scenario, file: str) -> None:
     torch of the point can build one is asked where it runs (``TorchFTJob.unavailable``:
     ``launch.env`` may name another torch than the harness's)."""
     params = scenario.recovery.params
-    groups = scenario.workload.world_size
+    groups = scenario.workload.world_size // group_size(scenario)
+    if params.process_group == "native" and group_size(scenario) > 1:
+        raise ConfigError(
+            file,
+            "recovery.torchft.process_group",
+            '"auto" or "torchft" with workload.parallelism = "hsdp" (the native group is built for replica '
+            "groups of one rank)",
+            params.process_group,
+        )
     if params.process_group == "native" and scenario.workload.backend == "nccl":
         raise ConfigError(
             file,
@@ -98,7 +121,7 @@ def check(scenario: Scenario, file: str) -> None:
             raise ConfigError(
                 file,
                 f"recovery.torchft.{knob}",
-                f"at most workload.world_size ({groups}), the replica groups of a trial",
+                f"at most {groups}, the replica groups of a trial",
                 value,
             )
 
@@ -115,7 +138,7 @@ STRATEGIES.register(
         timeouts=("workload.pg_timeout_s", "recovery.torchft.heartbeat_timeout_ms"),
         phases=(("lighthouse", "quorum"), ("reconfigure", "reconfigured")),
         rank_side_faults=False,
-        workloads=("ddp",),
+        workloads=("ddp", "transformer"),
         agents=True,
         unbound_servers=(
             "torchft's Manager (binds [::])",

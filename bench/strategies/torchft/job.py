@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.jobs.supervisor import SupervisedJob
+from bench.procs.launcher import RankProcess
+from bench.rank.entry import EXIT_OK
 from bench.scenario.model import Scenario
-from bench.strategies.torchft import TorchFTParams, lighthouse
+from bench.strategies.torchft import TorchFTParams, group_key, group_size, lighthouse
 from bench.strategies.torchft.version import ddp_workaround_needed, native_unsupported, torchft_version
 
 FINISH_GRACE_S = 2.0
@@ -39,7 +41,8 @@ over (a scheduler ends the job in real deployments)."""
 
 
 class TorchFTJob(SupervisedJob):
-    """Lighthouse + one process per replica group, restarted after a death."""
+    """Lighthouse + the replica groups' processes (one per group, or the group size under
+    hsdp), a group restarted after a death."""
 
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
@@ -69,6 +72,36 @@ class TorchFTJob(SupervisedJob):
         self.lighthouse_gone = False
         self.store.set(lighthouse.LIGHTHOUSE_KEY, self.lighthouse_addr)
         self.stopped: set[int] = set()
+        """ids of the rank processes the job stopped itself."""
+        self.group_size = group_size(self.ctx.scenario)
+
+    def start_rank(self, rank: int, role: str) -> RankProcess:
+        if self.group_size > 1:  # the group's ranks meet under its incarnation
+            self.store.set(group_key(rank // self.group_size), str(self.incarnations[rank]))
+        return super().start_rank(rank, role)
+
+    def on_exit(self, r: RankProcess) -> None:
+        """A replica group of several ranks (hsdp) is lost as a whole, as under torchrun:
+        when one of its ranks fails the others still alive are stopped, and the group
+        comes back whole when the first of its replacements is due."""
+        super().on_exit(r)
+        if self.group_size == 1 or self.stopped_by_us(r) or r.exitcode == EXIT_OK or self.finished_at is not None:
+            return
+        group = r.rank // self.group_size
+        members = range(group * self.group_size, (group + 1) * self.group_size)
+        for peer in self.launcher.running():
+            alive = peer.process is None or peer.process.is_alive()
+            if peer.rank in members and alive and id(peer) not in self.stopped:
+                self.stopped.add(id(peer))
+                self.supervisor.emit("stop", of_rank=peer.rank, reason=f"its replica group lost rank {r.rank}")
+                self.launcher.kill_rank(peer)
+        due = [self.replacements[m] for m in members if m in self.replacements]
+        if due:
+            for m in members:
+                self.replacements[m] = min(due)
+
+    def stopped_by_us(self, r: RankProcess) -> bool:
+        return id(r) in self.stopped
 
     def _start_lighthouse(self, timeout_s: float = 60.0) -> Any:
         p = self.params

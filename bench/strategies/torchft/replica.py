@@ -4,7 +4,8 @@ The stack is TorchFT's own, as its ``train_ddp.py`` example runs it: a TCPStore 
 replica group, a reconfigurable ``ProcessGroupGloo``, a :class:`torchft.Manager` talking
 to the lighthouse, TorchFT's ``DistributedDataParallel`` and ``OptimizerWrapper``, the
 HTTP checkpoint transport for live healing. Each replica group has one rank (group rank
-0 of 1), so "replica group r" is what the rest of ftbench calls rank r.
+0 of 1), so "replica group r" is what the rest of ftbench calls rank r. (The sharded
+transformer under hsdp has groups of several ranks: ``sharded.py``.)
 
 The process group is torchft's own ``ProcessGroupGloo`` or, with torch >= 2.14, a torch
 group that torch reconfigures in place (``recovery.torchft.process_group``,
@@ -39,16 +40,12 @@ from __future__ import annotations
 
 import datetime
 import os
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torchft
-from torch.utils._pytree import tree_flatten
-from torchft.checkpointing import HTTPTransport
 from torchft.ddp import DistributedDataParallel
 from torchft.optim import OptimizerWrapper
 
@@ -59,6 +56,15 @@ from bench.rank.comm import classify
 from bench.rank.entry import RankSpec, device, store_client
 from bench.scenario.registry import load_path
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
+from bench.strategies.torchft.observe import (
+    StampingManager,
+    TimedTransport,
+    first_line,
+    pg_handle,
+    replica_log_path,
+    start_barrier,
+)
+from bench.strategies.torchft.sharded import sharded_main
 from bench.strategies.torchft.version import (
     NATIVE_STORE_PREFIX,
     ddp_workaround_needed,
@@ -69,13 +75,10 @@ from bench.strategies.torchft.version import (
 )
 
 
-def replica_log_path(events_dir: str | Path, rank: int, pid: int) -> str:
-    """Where a replica's stdout/stderr (TorchFT's Rust and Python logs) go."""
-    return str(Path(events_dir) / f"replica{rank}-{pid}.log")
-
-
 def replica_main(spec: RankSpec, events: EventWriter) -> int:
     """Train until ``workload.steps`` steps are committed; returns the exit code."""
+    if getattr(spec.workload.params, "parallelism", "ddp") == "hsdp":
+        return sharded_main(spec, events)
     redirect_output(replica_log_path(spec.events_dir, spec.rank, os.getpid()))
     torch.set_num_threads(1)
 
@@ -130,7 +133,7 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
         backend=spec.backend,
     )
     if spec.role == "initial":
-        _start_barrier(store, len(spec.members), spec.wait_s)
+        start_barrier(store, len(spec.members), spec.wait_s)
     try:
         return _train(spec, events, manager, model, optimizer, workload)
     finally:
@@ -194,7 +197,7 @@ def _train(
                 world_size=n,
                 step=step,
                 participating=rank is not None,
-                pg_handle=_handle(manager._pg),
+                pg_handle=pg_handle(manager._pg),
             )
             gen = quorum_id
         x, y = workload.batch(step, rank or 0, max(n, 1))
@@ -215,7 +218,7 @@ def _train(
                 participating=rank is not None,
             )
             continue
-        t_err, message = manager.first_error or (time.monotonic_ns(), _first_line(manager.errored()))
+        t_err, message = manager.first_error or (time.monotonic_ns(), first_line(manager.errored()))
         if message and not failing:
             events.emit("detect", t=t_err, how=classify(message), error=message[:300], gen=gen, step=step)
             failing = True
@@ -223,58 +226,6 @@ def _train(
     # The final parameters' digest: replicas that diverged show as "corrupted".
     events.emit("train_end", step=manager.current_step(), gen=gen, **workload.checksum())
     return 0
-
-
-def _handle(pg: Any) -> str:
-    """The group's reconfigure handle now: a native gloo group's names the quorum it was
-    last reconfigured for (``gloo:<rank>:<quorum id>:...``); torchft's is JSON."""
-    try:
-        return str(pg.get_reconfigure_handle())[:200]
-    except Exception as err:
-        return f"none ({type(err).__name__})"
-
-
-def _first_line(err: BaseException | None) -> str:
-    """The message of a manager error without the traceback TorchFT appends to it."""
-    return "" if err is None else (str(err).splitlines() or [type(err).__name__])[0]
-
-
-class StampingManager(torchft.Manager):
-    """TorchFT's Manager, remembering when the first error of a step was reported (the
-    loop resets :attr:`first_error` before each step)."""
-
-    first_error: tuple[int, str] | None = None
-
-    def report_error(self, e: Exception) -> None:
-        if self.first_error is None:
-            self.first_error = (time.monotonic_ns(), f"{type(e).__name__}: {_first_line(e)}")
-        super().report_error(e)
-
-
-class TimedTransport(HTTPTransport):
-    """TorchFT's HTTP checkpoint transport, timing the receiving side.
-
-    Timed: ``recv_checkpoint`` on the healing replica, i.e. the HTTP GET of the peer's
-    full state (model and optimizer, plus TorchFT's step counters) and its
-    deserialisation into CPU tensors. It runs on TorchFT's quorum thread after the new
-    quorum and process group are in place; applying the state to the model happens later,
-    in ``should_commit``, and is not included. ``bytes`` is the tensor payload received
-    (the sum of the tensors' ``nbytes``), not the HTTP framing around it.
-    """
-
-    def __init__(self, events: EventWriter, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.events = events
-
-    def recv_checkpoint(self, src_rank: int, metadata: str, step: int, timeout: datetime.timedelta) -> Any:
-        self.events.emit(
-            "restore_start", how="peer", source=src_rank, step=step, thread=threading.current_thread().name
-        )
-        state = super().recv_checkpoint(src_rank, metadata, step, timeout)
-        leaves, _ = tree_flatten(state)
-        size = sum(t.nbytes for t in leaves if isinstance(t, torch.Tensor))
-        self.events.emit("restore_end", how="peer", source=src_rank, step=step, bytes=size)
-        return state
 
 
 def ddp_class(workaround: bool) -> type:
@@ -312,15 +263,3 @@ def _completed(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(tensor)
     return fut
-
-
-def _start_barrier(store: Any, count: int, wait_s: float) -> None:
-    """Initial replicas start their first quorum together, through the launcher's store.
-
-    Every Manager is heartbeating before anyone asks for a quorum, so the first quorum
-    holds all of them (with any join timeout) and the pre-fault world is complete and the
-    same in every trial; a replacement skips this.
-    """
-    if store.add("torchft/ready", 1) == count:
-        store.set("torchft/go", "1")
-    store.wait(["torchft/go"], datetime.timedelta(seconds=wait_s))

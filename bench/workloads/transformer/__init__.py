@@ -51,14 +51,21 @@ class TransformerParams:
 
 #: Stacks that train a sharded transformer, and how each gets the lost shards back.
 #: Anything else is refused with :data:`REFUSED`'s reason (or the generic one).
-SHARDED_OK = {"failstop": "detection only: the job ends, nothing is restored"}
+SHARDED_OK = {
+    "failstop": "detection only: the job ends, nothing is restored",
+    "torchft": "hsdp only: each replica group shards the model, and a lost group heals from a live replica",
+}
+TORCHFT_NEEDS_HSDP = (
+    "torchft replicates across replica groups; a transformer replica group is a sharded (FSDP2) world, so "
+    "a lost rank's shards come back from the same shard index of a live group. Under fsdp there is one "
+    "group and no live copy; ddp replicas of the transformer are not built (torchft's own DDP loop trains "
+    "the ddp workload)"
+)
 REFUSED = {
     "reinit": "a lost rank's shard has no live copy under fsdp (under hsdp a replica group holds one, "
     "but reinit would have to rebuild the 2-D mesh over the survivors and re-shard, which it does not), "
     "its restore broadcasts one peer's whole state, and FSDP's own collectives bypass its abortable "
     "layer, so a survivor behind a survivor would wait out pg_timeout_s",
-    "torchft": "torchft's replicas run its own loop over the ddp workload; HSDP with torchft replica groups "
-    "(a killed rank's group healing from a live replica) is not built",
     "torch-reconfigure": "torch's _reconfigure re-forms the default group in place, but FSDP2's device "
     "mesh and sharded parameters stay bound to the old group, and a lost shard has no live copy",
 }
@@ -82,6 +89,14 @@ def check(scenario: Scenario, file: str) -> None:
             "replica group (hsdp: replicate x shard)",
             p.replicas,
         )
+    strategy = scenario.recovery.strategy
+    if strategy == "torchft" and p.parallelism != "hsdp":
+        raise ConfigError(
+            file,
+            "workload.parallelism",
+            f"'hsdp' with strategy torchft: {TORCHFT_NEEDS_HSDP}",
+            p.parallelism,
+        )
     if p.parallelism == "ddp":
         return
     for i, f in enumerate(scenario.faults):
@@ -94,7 +109,6 @@ def check(scenario: Scenario, file: str) -> None:
                 "rank-side hooks do not sit in (the fault would never act)",
                 f.kind,
             )
-    strategy = scenario.recovery.strategy
     if strategy in SHARDED_OK:
         return
     design = getattr(scenario.recovery.params, "checkpoint", None)

@@ -87,10 +87,9 @@ class TransformerWorkload(Workload):
             self.opt = self._optimizer()
 
     def _shard(self) -> None:
-        """FSDP2 per block, then at the root (embedding, final norm and the head, which
-        stays tied to the embedding because both live in the root's group)."""
+        """The mesh over the default group: replicate x shard under hsdp, shard alone
+        under fsdp."""
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
 
         kind = self.device.type
         world = dist.get_world_size()
@@ -101,9 +100,25 @@ class TransformerWorkload(Workload):
             mesh = init_device_mesh(kind, (r, world // r), mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh(kind, (world,), mesh_dim_names=("shard",))
+        self._fully_shard(mesh)
+
+    def _fully_shard(self, mesh: Any) -> None:
+        """FSDP2 per block, then at the root (embedding, final norm and the head, which
+        stays tied to the embedding because both live in the root's group)."""
+        from torch.distributed.fsdp import fully_shard
+
         for block in self.model.blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(self.model, mesh=mesh)
+
+    def shard_within(self, mesh: Any) -> None:
+        """Shard over a 1-D ``mesh`` the caller built (a torchft replica group's own ranks:
+        the replicate dimension is torchft's, across groups, outside any mesh), and make
+        the optimizer over the shards."""
+        if self.opt is not None:
+            raise RuntimeError("the transformer is already sharded")
+        self._fully_shard(mesh)
+        self.opt = self._optimizer()
 
     def shard(self, batch: int, group_rank: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's share of global batch ``batch``: inputs and next-token targets."""
@@ -174,6 +189,43 @@ class TransformerWorkload(Workload):
         assert self.opt is not None
         model, optim = get_state_dict(self.model, self.opt)
         return {"model": model, "optim": optim, "data": {"batch": torch.tensor(self.batch, dtype=torch.int64)}}
+
+    def local_state_dict(self) -> dict[str, Any]:
+        """This rank's shards as plain tensors, for a transport that ships one rank's
+        state to the rank holding the same shards elsewhere (torchft's live healing from a
+        replica group with the same layout): no device mesh travels with them."""
+        from torch.distributed.tensor import DTensor
+        from torch.utils._pytree import tree_map_only
+
+        local: dict[str, Any] = tree_map_only(DTensor, lambda t: t.to_local(), self.dcp_state_dict())
+        return local
+
+    def load_local_state_dict(self, state: dict[str, Any]) -> None:
+        """The inverse of :meth:`local_state_dict` on a rank whose shards have the same
+        layout: each tensor of a parameter (its weights, its AdamW moments) becomes a
+        DTensor on this rank's mesh with that parameter's placements."""
+        from torch.distributed.tensor import DTensor
+
+        self._ensure_sharded()
+        params: dict[str, Any] = dict(self.model.named_parameters(remove_duplicate=False))
+
+        def lift(fqn: str, t: Any) -> Any:
+            p = params.get(fqn)
+            if not isinstance(p, DTensor) or not isinstance(t, torch.Tensor) or t.dim() == 0:
+                return t  # buffers, AdamW's step counters
+            return DTensor.from_local(t, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride())
+
+        optim = state["optim"]
+        self.load_dcp_state_dict(
+            {
+                "model": {k: lift(k, v) for k, v in state["model"].items()},
+                "optim": {
+                    **optim,
+                    "state": {k: {n: lift(k, v) for n, v in s.items()} for k, s in optim["state"].items()},
+                },
+                "data": state["data"],
+            }
+        )
 
     def load_dcp_state_dict(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
