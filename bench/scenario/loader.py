@@ -64,14 +64,21 @@ def parse(source: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str
         raise ConfigError(file, "", "a table of scenario keys", source)
     limits.check_depth(source, file)
     raw = copy.deepcopy(dict(source))
-    sweep = flatten_sweep(raw.pop("sweep", {}), file)
+    table = raw.pop("sweep", {})
+    skip = False
+    if isinstance(table, Mapping) and "refused" in table:
+        skip = _refused_policy(table, file)
+        table = {k: v for k, v in table.items() if k != "refused"}
+    sweep = flatten_sweep(table, file)
     for key, value in overrides:
         limits.check_depth(value, file, f"--set {key}")
         apply_override(raw, sweep, key, value, file=file)
     check_sweep(sweep, file)
     scenario = _validate(raw, file)
-    scenario = replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw)
-    gaps = [(p.scenario.recovery.strategy, stack_gap(p.scenario)) for p in _expand(scenario)]
+    scenario = replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw, skip_refused=skip)
+    gaps = [(p.scenario.recovery.strategy, stack_gap(p.scenario)) for p in _expand(scenario, {})]
+    if not gaps:
+        raise ConfigError(file, "sweep.refused", '"error": validation refuses every combination of the sweep', "skip")
     if all(why for _, why in gaps):
         name, why = gaps[0]
         raise ConfigError(file, "recovery.strategy", f"a strategy the stack of some point serves ({why})", name)
@@ -99,14 +106,33 @@ def stack_gap(s: Scenario) -> str | None:
     return None
 
 
+def _refused_policy(table: Mapping[str, Any], file: str) -> bool:
+    """``sweep.refused``: ``"error"`` (the default: a refused combination refuses the
+    scenario) or ``"skip"``."""
+    value = table["refused"]
+    if value not in ("error", "skip"):
+        raise ConfigError(file, "sweep.refused", '"error" or "skip"', value)
+    return bool(value == "skip")
+
+
 def points(scenario: Scenario) -> list[Point]:
     """Expand the sweep (a cartesian product, in file order) into validated points."""
-    return list(_expand(scenario))
+    return list(_expand(scenario, {}))
 
 
-def _expand(scenario: Scenario) -> Iterator[Point]:
+def refused(scenario: Scenario) -> dict[str, str]:
+    """Label -> reason of each combination of the sweep left out (``sweep.refused``)."""
+    out: dict[str, str] = {}
+    for _ in _expand(scenario, out):
+        pass
+    return out
+
+
+def _expand(scenario: Scenario, refused: dict[str, str]) -> Iterator[Point]:
     """Every point of the sweep, validated; two points that are the same measurement
-    (a value that does not reach the point's identity) are an error naming the axis."""
+    (a value that does not reach the point's identity) are an error naming the axis. A
+    combination validation refuses is an error, or with ``skip_refused`` goes into
+    ``refused`` (label -> the reason)."""
     keys = [k for k, _ in scenario.sweep]
     file = scenario.source
     seen: dict[str, tuple[Any, ...]] = {}
@@ -118,8 +144,16 @@ def _expand(scenario: Scenario) -> Iterator[Point]:
         try:
             valid = _validate(raw, file, scenario.gate)
         except ConfigError as err:  # the message says which combination of the sweep
+            if scenario.skip_refused:
+                refused[label(scenario.name, tuple(zip(keys, combo, strict=True)))] = f"refused: {err}"
+                continue
             context = ", ".join(f"{k} = {show(v)}" for k, v in zip(keys, combo, strict=True))
-            raise ConfigError(err.file, err.key, f"{err.expected} (with sweep {context})", err.got) from None
+            raise ConfigError(
+                err.file,
+                err.key,
+                f'{err.expected} (with sweep {context}; sweep.refused = "skip" leaves it out)',
+                err.got,
+            ) from None
         resolved = replace(valid, sweep=scenario.sweep, raw=raw)
         digest = point_hash(resolved)
         if digest in seen:

@@ -208,6 +208,10 @@ class Scenario:
     launch: LaunchSpec
     gate: GateSpec
     sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    skip_refused: bool = False
+    """``sweep.refused = "skip"``: a combination of the sweep that validation refuses (a
+    stack that cannot serve a workload's layout) is left out with its reason, recorded
+    among the run's skipped points, instead of refusing the whole scenario."""
     source: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The parsed TOML with overrides applied, before the sweep: points derive from it."""
