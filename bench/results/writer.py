@@ -29,6 +29,7 @@ from typing import Any
 
 from bench.procs.events import Event
 from bench.results.facts import FaultFigures, TrialFacts, world_steps
+from bench.results.walltime import WALL_PARTS, wall_parts
 from bench.scenario.figures import FAULT_FIGURES, TRIAL_FIGURES, is_phase
 from bench.scenario.model import Point
 from bench.scenario.requirements import parse
@@ -66,6 +67,7 @@ TAIL_COLUMNS = (
     "steps_done",
     *TRIAL_FIGURES,
     "trial_wall_s",
+    *WALL_PARTS,
     "trial_rows",
     *VERSION_COLUMNS,
 )
@@ -234,6 +236,7 @@ class RunDir:
         it knows them; this module reads files and probes nothing)."""
         s = point.scenario
         rows = []
+        parts = wall_parts(events, wall_s=wall_s, warmup_steps=s.workload.warmup_steps)
         for f in faults:
             row: dict[str, Any] = {
                 "point_hash": point.point_hash,
@@ -251,6 +254,7 @@ class RunDir:
                 "steps_done": facts.steps_done,
                 **{name: getattr(facts, name) for name in TRIAL_FIGURES},
                 "trial_wall_s": wall_s,
+                **parts,
                 "env": " ".join(parse(s.launch.env)),
                 **{k: versions.get(k) for k in VERSION_COLUMNS if k != "env"},
             }

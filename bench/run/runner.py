@@ -25,6 +25,7 @@ from bench.procs import machine, venvs
 from bench.procs.launcher import ProcessHost
 from bench.results.facts import TrialFacts
 from bench.results.summary import point_stats
+from bench.results.walltime import wall_summary
 from bench.results.writer import HOLDER_ENV, RunDir, write_failure
 from bench.run.preflight import exposure, stage_overhead
 from bench.run.trial import TrialResult, run_trial, unavailable
@@ -134,7 +135,7 @@ def _run(
     if cluster is not None:
         cluster.close()
     stats = point_stats(rundir.rows())
-    info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped)
+    info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped, wall=wall_summary(rundir.rows()))
     try:
         rundir.write_run_json(info)
     except OSError:
