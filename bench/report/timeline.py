@@ -25,10 +25,10 @@ RANK_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#F0E442"
 
 
 def _steps(series: Series, trial: int, reference: bool = False) -> pd.DataFrame:
-    steps = series.run.steps()
+    steps = series.run.point_steps(series.point_hash)
     if steps.empty:
         return steps
-    sel = steps[(steps["point_hash"] == series.point_hash) & (steps["reference"] == reference)]
+    sel = steps[steps["reference"] == reference]
     return sel if reference else sel[sel["trial"] == trial]
 
 
@@ -112,10 +112,10 @@ def loss_curves(series: list[Series], path: Path) -> tuple[Path | None, str]:
     trial's loss minus the reference's (curves on top of each other hide differences)."""
     panels = []
     for s in series:
-        steps = s.run.steps()
-        if steps.empty or "loss" not in steps or not steps["loss"].notna().any():
+        steps = s.run.point_steps(s.point_hash)
+        if steps.empty or "loss" not in steps:
             continue
-        sel = steps[(steps["point_hash"] == s.point_hash) & steps["loss"].notna()]
+        sel = steps[steps["loss"].notna()]
         if not sel.empty:
             panels.append((s, sel))
     if not panels:
@@ -146,14 +146,14 @@ def _loss_panel(ax: Axes, ax_d: Axes, s: Series, sel: pd.DataFrame) -> bool:
     trials = sel[~sel["reference"]]
     if ref is not None:
         ax.plot(ref["step"], ref["loss"], color="#888888", lw=3.0, alpha=0.6, label="fault-free reference")
-    for j, (_, group) in enumerate(trials.groupby("trial")):
-        curve = _curve(group)
-        ax.plot(
-            curve["step"], curve["loss"], color=s.colour, lw=1.0, alpha=0.8, label="fault trials" if j == 0 else None
-        )
-        if ref is not None:
-            diff = curve.merge(ref, on="step", suffixes=("", "_ref"))
-            ax_d.plot(diff["step"], diff["loss"] - diff["loss_ref"], color=s.colour, lw=1.0, alpha=0.8)
+    curves = _curves(trials)
+    diffs = curves.merge(ref, on="step", suffixes=("", "_ref")) if ref is not None else None
+    ids = np.sort(trials["trial"].unique())
+    for j, (steps, loss) in enumerate(_per_trial(curves, curves["loss"], ids)):
+        ax.plot(steps, loss, color=s.colour, lw=1.0, alpha=0.8, label="fault trials" if j == 0 else None)
+    if diffs is not None:
+        for steps, delta in _per_trial(diffs, diffs["loss"] - diffs["loss_ref"], ids):
+            ax_d.plot(steps, delta, color=s.colour, lw=1.0, alpha=0.8)
     if ref is None:
         ax_d.text(
             0.5,
@@ -180,6 +180,26 @@ def _loss_panel(ax: Axes, ax_d: Axes, s: Series, sel: pd.DataFrame) -> bool:
         a.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="upper right")
     return ref is not None
+
+
+def _curves(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_curve` of every trial at once (``trial, step, loss``, by trial then step):
+    one sort and two group-bys over all of a point's rows instead of three per trial,
+    which for a thousand trials was seconds per point. Each trial's curve is the one
+    :func:`_curve` makes of its rows alone (the sort is stable, so ties keep their order)."""
+    g = rows.sort_values(["trial", "step", "gen", "t_s"])
+    size = g.groupby(["trial", "gen", "step"])["rank"].transform("nunique")
+    whole = g[size >= g["world_size"].fillna(0)]
+    return whole.groupby(["trial", "step"], as_index=False).last()[["trial", "step", "loss"]]
+
+
+def _per_trial(curves: pd.DataFrame, y: pd.Series, trials: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(steps, y) of each of ``trials`` (sorted) from ``curves`` (sorted by trial); empty
+    for a trial with no whole-world step, which is still drawn (as nothing), as before."""
+    at = curves["trial"].to_numpy()
+    lo, hi = np.searchsorted(at, trials, "left"), np.searchsorted(at, trials, "right")
+    step, values = curves["step"].to_numpy(), y.to_numpy()
+    return [(step[a:b], values[a:b]) for a, b in zip(lo, hi, strict=True)]
 
 
 def _curve(group: pd.DataFrame) -> pd.DataFrame:

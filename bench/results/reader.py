@@ -13,9 +13,10 @@ import json
 import math
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -32,6 +33,8 @@ BASELINES = Path("results") / "baselines"
 BASELINE_FILES = ("run.json", "trials.jsonl", "trials.csv")
 #: What a baseline may be called: a folder name, never a path.
 BASELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: steps.csv's columns that the report's plots draw (timelines, loss curves).
+PLOT_STEP_COLUMNS = ("point_hash", "trial", "reference", "rank", "gen", "step", "t_s", "step_s", "world_size", "loss")
 #: Phase order where a run's rows do not give one (trials.csv sorts its columns).
 CANONICAL_PHASES = ("detect", "isolate", "reconfigure", "restore", "catchup")
 
@@ -48,6 +51,10 @@ class Run:
     """What was skipped while reading (a torn line of trials.jsonl), for the user."""
     """Per point_hash, the phase keys in the order its rows list them (trials.jsonl)."""
     _steps: pd.DataFrame | None = None
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Per-point selections of :attr:`trials` and steps.csv, made once: a report asks for
+    the same point's rows hundreds of times, and a filter over thousands of rows each
+    time was most of a large report's tables (reset when ``trials`` is replaced)."""
 
     @property
     def name(self) -> str:
@@ -68,26 +75,46 @@ class Run:
                     pts.append({"point_hash": str(h), "label": str(group["label"].iloc[0]), "values": {}, "config": {}})
         return pts
 
+    def _memoised(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        if self._memo.get("trials") is not self.trials:
+            self._memo.clear()
+            self._memo["trials"] = self.trials
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
     def measured(self, point_hash: str | None = None) -> pd.DataFrame:
         """Fault-trial rows (reference trials excluded), optionally of one point."""
-        df = self.trials
-        if df.empty:
-            return df
-        df = df[~df["reference"]]
-        return df if point_hash is None else df[df["point_hash"] == point_hash]
+        if self.trials.empty:
+            return self.trials
+
+        def select() -> pd.DataFrame:
+            df = self.trials[~self.trials["reference"]]
+            return df if point_hash is None else df[df["point_hash"] == point_hash]
+
+        # a shallow copy: with pandas' copy-on-write a caller that sets a column changes
+        # its own frame, never the one kept here
+        return cast(pd.DataFrame, self._memoised(("measured", point_hash), select)).copy(deep=False)
 
     def values(self, point_hash: str, metric: str) -> list[float]:
         """The figure's values that exist, one per fault trial of the point."""
-        df = self.measured(point_hash)
-        if df.empty or metric not in df:
-            return []
-        return [float(v) for v in df[metric] if not math.isnan(v)]
+
+        def present() -> list[float]:
+            df = self.measured(point_hash)
+            if df.empty or metric not in df:
+                return []
+            return [float(v) for v in df[metric] if not math.isnan(v)]
+
+        return list(self._memoised(("values", point_hash, metric), present))
 
     def outcomes(self, point_hash: str) -> dict[str, int]:
-        df = self.measured(point_hash)
-        if df.empty:
-            return {}
-        return {str(k): int(v) for k, v in df["outcome"].value_counts().items()}
+        def count() -> dict[str, int]:
+            df = self.measured(point_hash)
+            if df.empty:
+                return {}
+            return {str(k): int(v) for k, v in df["outcome"].value_counts().items()}
+
+        return dict(self._memoised(("outcomes", point_hash), count))
 
     def phase_columns(self, point_hash: str | None = None) -> list[str]:
         """``phase_*_s`` columns holding data, in the order the phases happen: a point's
@@ -147,6 +174,33 @@ class Run:
             if not self._steps.empty:
                 self._steps["reference"] = _bools(self._steps["reference"])
         return self._steps
+
+    def point_steps(self, point_hash: str) -> pd.DataFrame:
+        """steps.csv's rows of one point (fault and reference trials) in file order, with
+        the columns the report draws (:data:`PLOT_STEP_COLUMNS`, those that exist);
+        empty if the run has none (a baseline)."""
+        found = self.steps_by_point().get(point_hash)
+        return pd.DataFrame() if found is None else found.copy(deep=False)
+
+    def steps_by_point(self) -> dict[str, pd.DataFrame]:
+        """:meth:`point_steps` of every point. The file is read once, without the columns
+        no plot needs, and split by point once: of a 10,000-trial run it is millions of
+        rows, and a filter over all of them per plot cost more than the plots."""
+
+        def split() -> dict[str, pd.DataFrame]:
+            if self._steps is not None:
+                table = self._steps[[c for c in PLOT_STEP_COLUMNS if c in self._steps]]
+            else:
+                path = self.path / "steps.csv"
+                if not path.exists() or not path.stat().st_size:
+                    return {}
+                table = pd.read_csv(path, usecols=lambda c: c in PLOT_STEP_COLUMNS, dtype={"point_hash": "category"})
+                if table.empty:
+                    return {}
+                table["reference"] = _bools(table["reference"])
+            return {str(h): g for h, g in table.groupby("point_hash", sort=False, observed=True)}
+
+        return cast(dict[str, pd.DataFrame], self._memoised(("steps_by_point",), split))
 
     def events_dir(self, point_hash: str, trial: int | str) -> Path:
         return self.path / "events" / point_hash[:12] / str(trial)
