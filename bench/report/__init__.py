@@ -19,10 +19,11 @@ from bench.report.document import ReportFiles
 from bench.results.reader import load
 
 
-def make_report(run_dirs: list[str | Path], out: str | Path | None = None) -> ReportFiles:
+def make_report(run_dirs: list[str | Path], out: str | Path | None = None, workers: int | None = None) -> ReportFiles:
     """Report on one or several runs. Without ``out`` a single run's report goes into
     its own directory (``report.md``, ``report.html``, ``plots/``); several runs need
-    ``out``."""
+    ``out``. ``workers``: processes that draw the figures (default one per CPU; 1 draws
+    them in this process, with the same bytes)."""
     from bench.report.document import build
     from bench.scenario.config import ConfigError
 
@@ -31,7 +32,7 @@ def make_report(run_dirs: list[str | Path], out: str | Path | None = None) -> Re
         if len(runs) > 1:
             raise ConfigError("--out", "", "an output directory when reporting on several runs")
         out = runs[0].path
-    return build(runs, Path(out))
+    return build(runs, Path(out), workers)
 
 
 __all__ = ["ReportFiles", "make_report"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench.report import checkpoints, datapos, diagnosis, mix, plots, statesize, tables, tax, timeline
 from bench.report.blocks import Report
+from bench.report.drawing import Drawing, Pending
 from bench.report.series import Series, build_series, run_tags
 from bench.results.reader import Run
 
@@ -35,9 +36,45 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "point"
 
 
-def build(runs: list[Run], out: Path) -> ReportFiles:
-    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``out``."""
+def build(runs: list[Run], out: Path, workers: int | None = None) -> ReportFiles:
+    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``out``; the figures
+    are drawn by ``workers`` processes (default: one per CPU, :mod:`bench.report.drawing`)
+    while the tables are built."""
     series = build_series(runs)
+    plot_dir = out / "plots"
+    for run in runs:  # read steps.csv once, here, so that every worker inherits it
+        run.steps_by_point()
+    with Drawing(workers) as draw:
+        figures = _submit(draw, series, plot_dir)
+        draw.start()
+        return _build(runs, series, out, figures)
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """The figures the workers draw (the biggest first: they start first)."""
+
+    loss: Pending[tuple[Path | None, str]]
+    timelines: list[Pending[tuple[Path | None, str]]]
+    ecdf: Pending[Path | None]
+    box: Pending[Path | None]
+    phases: Pending[Path | None]
+
+
+def _submit(draw: Drawing, series: list[Series], plot_dir: Path) -> _Figures:
+    return _Figures(
+        loss=draw.submit(timeline.loss_curves, series, plot_dir / "loss.png"),
+        timelines=[
+            draw.submit(timeline.timeline, s, plot_dir / f"timeline_{i:02d}_{_slug(s.name)}.png")
+            for i, s in enumerate(series)
+        ],
+        ecdf=draw.submit(plots.ecdf, series, ("ttd_s", "ttr_s"), plot_dir / "ecdf.png"),
+        box=draw.submit(plots.boxes, series, ("ttd_s", "ttr_s", "downtime_s"), plot_dir / "box.png"),
+        phases=draw.submit(plots.phase_bars, series, plot_dir / "phases.png"),
+    )
+
+
+def _build(runs: list[Run], series: list[Series], out: Path, figures: _Figures) -> ReportFiles:
     plot_dir = out / "plots"
     rep = Report()
     names = ", ".join(sorted({r.name for r in runs}))
@@ -77,13 +114,13 @@ def build(runs: list[Run], out: Path) -> ReportFiles:
     checkpoints.section(rep, series)
     datapos.section(rep, series)
     statesize.section(rep, runs, plot_dir)
-    _distributions(rep, series, plot_dir)
-    _phases(rep, series, plot_dir)
+    _distributions(rep, figures)
+    _phases(rep, series, figures.phases)
     diagnosis.timeouts(rep, runs, plot_dir)
     diagnosis.stack_dumps(rep, runs, out)
-    _timelines(rep, series, plot_dir)
+    _timelines(rep, series, figures.timelines)
     rep.add("h2", "Loss against the fault-free reference")
-    path, caption = timeline.loss_curves(series, plot_dir / "loss.png")
+    path, caption = figures.loss.result()
     rep.figure(path, caption, "loss curves")
     rep.add("h2", "Points")
     rep.add("table", table=tables.scenario_points(runs))
@@ -130,9 +167,9 @@ def _projection(rep: Report, runs: list[Run]) -> None:
             rep.figure(png, "Share of wall time spent training per strategy (band: 5-95 % bootstrap).", "projection")
 
 
-def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:
+def _distributions(rep: Report, figures: _Figures) -> None:
     rep.add("h2", "Distributions")
-    path = plots.ecdf(series, ("ttd_s", "ttr_s"), plot_dir / "ecdf.png")
+    path = figures.ecdf.result()
     rep.figure(
         path,
         "Empirical CDF of time to detect and time to recover per point (log x): the further "
@@ -141,7 +178,7 @@ def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:
         else "No trial of any point has ttd_s or ttr_s: nothing was detected, so there is no ECDF.",
         "ECDF",
     )
-    path = plots.boxes(series, ("ttd_s", "ttr_s", "downtime_s"), plot_dir / "box.png")
+    path = figures.box.result()
     rep.figure(
         path,
         "Box (median, quartiles, whiskers at 1.5 IQR) per point with every trial as a dot."
@@ -151,9 +188,9 @@ def _distributions(rep: Report, series: list[Series], plot_dir: Path) -> None:
     )
 
 
-def _phases(rep: Report, series: list[Series], plot_dir: Path) -> None:
+def _phases(rep: Report, series: list[Series], bars: Pending[Path | None]) -> None:
     rep.add("h2", "Phases of recovery")
-    path = plots.phase_bars(series, plot_dir / "phases.png")
+    path = bars.result()
     rep.figure(
         path,
         "Median of each phase, stacked in the order they happen (detect, then the strategy's "
@@ -165,7 +202,7 @@ def _phases(rep: Report, series: list[Series], plot_dir: Path) -> None:
     rep.add("table", table=tables.phases(series))
 
 
-def _timelines(rep: Report, series: list[Series], plot_dir: Path) -> None:
+def _timelines(rep: Report, series: list[Series], drawn: list[Pending[tuple[Path | None, str]]]) -> None:
     rep.add("h2", "Step-time timelines")
     rep.add(
         "p",
@@ -173,9 +210,9 @@ def _timelines(rep: Report, series: list[Series], plot_dir: Path) -> None:
         "started, the injection as a dashed red line and the phases shaded. The lower panel zooms in "
         "on the fault.",
     )
-    for i, s in enumerate(series):
+    for s, pending in zip(series, drawn, strict=True):
         rep.add("h3", s.name)
-        path, why = timeline.timeline(s, plot_dir / f"timeline_{i:02d}_{_slug(s.name)}.png")
+        path, why = pending.result()
         rep.figure(path, why, f"step-time timeline of {s.name}")
 
 
