@@ -46,6 +46,8 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
   smallest of its detection timeouts that the harness records in ``trial_start``.
 - outcome ``corrupted``: nothing detected the fault, the job finished, and its final
   parameters are wrong: replicas disagree, or they differ from the reference's.
+- an ``oom`` fault's figures count from the kill (``oom_kill``'s ``t_kill``, the
+  kernel's stamp mapped onto CLOCK_MONOTONIC), not from the moment its limit was set.
 - a rank the kernel's OOM killer ended (an ``oom_kill`` event: the harness reads the
   kernel's log after each trial, :mod:`bench.procs.oom`) is named in every row's
   ``error`` with the kernel's message, whatever the outcome: the end an ``oom`` fault
@@ -95,7 +97,7 @@ def fault_figures(
         corrupted=corruption(facts, reference),
         blame=blame,
     )
-    injects = [e for e in events if e["event"] == "inject"]
+    injects = [_at_the_kill(e, events) for e in events if e["event"] == "inject"]
     results = [
         FaultWindow(trial, inj, injects[i + 1]["t"] if i + 1 < len(injects) else None).figures()
         for i, inj in enumerate(injects)
@@ -115,6 +117,20 @@ def fault_figures(
         for r in results:
             r.error = f"{note}; {r.error}" if r.error else note
     return results
+
+
+def _at_the_kill(inj: Event, events: Sequence[Event]) -> Event:
+    """An ``oom`` fault counts from the moment the kernel killed its target (the
+    ``oom_kill`` event's ``t_kill``), as a ``kill`` counts from its signal: the limit
+    is set earlier (kept as ``t_limit``) and bites at the target's next allocation past
+    it, which is the workload's doing, not the stack's. Other faults, and an oom whose
+    target was not killed, are unchanged."""
+    if inj.get("kind") != "oom":
+        return inj
+    pids = set(inj.get("pids", ()))
+    kills = [int(e["t_kill"]) for e in events if e["event"] == "oom_kill" and e.get("pid") in pids and "t_kill" in e]
+    kills = [t for t in kills if t >= inj["t"]]
+    return {**inj, "t": min(kills), "t_limit": inj["t"]} if kills else inj
 
 
 def _never_injected(trial: Trial, faults: Sequence[tuple[str, str]], fired: set[int]) -> list[FaultFigures]:

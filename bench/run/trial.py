@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.jobs.job import Job, TrialContext, TrialNetwork
 from bench.procs.events import Event, EventTail, EventWriter, read_clocks, read_events
-from bench.procs.oom import oom_records
+from bench.procs.oom import kernel_offset_ns, oom_records
 from bench.procs.resources import Counter, Sampler
 from bench.procs.trialmachine import TrialMachine
 from bench.results.derive import fault_figures
@@ -110,8 +110,12 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
             ctx.network.destroy()
         for problem in machine.close():
             harness.emit("cleanup_problem", what=problem)
-        for rank, pid, stamp, message in _oom_kills(ctx.events_dir, start):
-            harness.emit("oom_kill", rank=rank, pid=pid, t_kernel=stamp, message=message)
+        kills = _oom_kills(ctx.events_dir, start)
+        offset = kernel_offset_ns() if kills else None
+        for rank, pid, stamp, message in kills:
+            # t_kill: the kill's moment on CLOCK_MONOTONIC (the kernel's clock differs by ms)
+            at = {} if offset is None else {"t_kill": stamp + offset}
+            harness.emit("oom_kill", rank=rank, pid=pid, t_kernel=stamp, message=message, **at)
         harness.emit("trial_end", outcome=outcome)
         harness.close()
     return _result(ctx, job, outcome, start, reference)
@@ -120,8 +124,7 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
 def _oom_kills(events_dir: Path, since_ns: int) -> list[tuple[int, int, int, str]]:
     """(rank, pid, the kernel's stamp of the kill, its message) of each rank process the
     OOM killer ended during the trial: its SIGKILL looks like any other, the kernel's
-    log tells (and when: the stamp is the kernel's clock, CLOCK_MONOTONIC within about
-    a millisecond)."""
+    log tells (and when, on the kernel's clock: :func:`kernel_offset_ns` maps it)."""
     pids: dict[int, int] = {}
     for path in events_dir.glob("rank*-*.jsonl"):
         rank, _, pid = path.stem.removeprefix("rank").partition("-")
