@@ -42,6 +42,9 @@ NEVER = ("not_injected",)
 #: Outcomes of a fault whose window (up to the next injection) ended before it
 #: recovered: the next one came during its recovery.
 UNFINISHED = ("failed", "hung", "unrecorded")
+#: The measured part the model has no term for: steps slower (or faster) than the
+#: fault-free median, for the share of the world that ran them.
+SLOW = "slower steps"
 
 
 @dataclass
@@ -257,6 +260,7 @@ def _measured_shares(
         "replay": sum(float(i.phases[replay].sum()) for i in rec),
         "degraded": sum(e.degraded_s for e in effs),
         "checkpoint": sum(e.checkpoint_s for e in effs),
+        SLOW: sum(e.slow_s for e in effs),
     }
     return {k: v / wall for k, v in parts.items()}
 
@@ -270,10 +274,20 @@ def _diagnose(res: Check, agree: float) -> list[str]:
         notes.append(f"agree within {100 * agree:.0f} points (measured - predicted = {100 * est:+.1f} points)")
     else:
         notes.append(f"differ by {100 * est:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]")
-    for part in MEASURED_PARTS:
+    for part in (*MEASURED_PARTS, SLOW):
         m, p = res.measured_shares.get(part, 0.0), res.model_shares.get(part, 0.0)
         if abs(m - p) >= 0.02:
             notes.append(f"{part}: the model gives it {100 * p:.1f} % of wall time, the trial spent {100 * m:.1f} %")
+    first_order = res.model_shares and res.rate_per_s * res.lost_s
+    if first_order and abs(est) > agree:
+        c = 1.0 - res.model_shares.get("checkpoint", 0.0) * (1.0 + first_order)
+        wall_form = c * (1.0 - first_order)
+        notes.append(
+            f"failures here arrive per second of wall time (the chaos schedule's clock), for which "
+            f"E = c (1 - lambda L) = {100 * wall_form:.1f} % (lambda L = {first_order:.3f}; measured - this = "
+            f"{100 * (res.measured[0] - wall_form):+.1f} points); the model's c / (1 + lambda L) counts them per "
+            "second of useful time, the same to first order, apart by (lambda L)^2"
+        )
     failed = res.injected - res.recovered
     if failed:
         notes.append(
@@ -359,8 +373,8 @@ def parts_table(checks: list[Check]) -> pd.DataFrame:
     for c in checks:
         if c.reason:
             continue
-        for part in MEASURED_PARTS:
-            m, p = c.measured_shares.get(part, math.nan), c.model_shares.get(part, math.nan)
+        for part in (*MEASURED_PARTS, SLOW):
+            m, p = c.measured_shares.get(part, math.nan), c.model_shares.get(part, 0.0)
             rows.append(
                 {
                     "strategy": c.strategy,

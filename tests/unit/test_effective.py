@@ -13,14 +13,16 @@ NS = 1_000_000_000
 STEP = 0.1
 
 
-def steps(gen: int, first: int, last: int, start_s: float, ranks: list[int]) -> list[dict[str, Any]]:
-    """Steps ``first..last`` of one generation, one every 0.1 s from ``start_s`` on every rank."""
+def steps(
+    gen: int, first: int, last: int, start_s: float, ranks: list[int], every: float = STEP
+) -> list[dict[str, Any]]:
+    """Steps ``first..last`` of one generation, one every ``every`` s from ``start_s`` on every rank."""
     out = []
     for k, step in enumerate(range(first, last + 1), start=1):
-        t = round((start_s + k * STEP) * NS)
+        t = round((start_s + k * every) * NS)
         for r in ranks:
             out.append(
-                {"t": t, "event": "step_end", "src": "rank", "rank": r, "gen": gen, "step": step, "step_s": STEP}
+                {"t": t, "event": "step_end", "src": "rank", "rank": r, "gen": gen, "step": step, "step_s": every}
                 | {"world_size": len(ranks)}
             )
     return out
@@ -58,16 +60,40 @@ def test_distinct_steps_at_their_world_over_wall_time() -> None:
     assert math.isnan(eff.slowdown)  # no full-world step after the fault
 
 
-def test_full_world_steps_after_the_fault_give_the_slowdown() -> None:
-    events = trial() + [e | {"step_s": 0.15, "t": e["t"] + int(2 * NS)} for e in steps(2, 21, 24, 4.2, [0, 1, 2, 3])]
-    eff = measure(events, steps=24, warmup_steps=2, world=4)
-    assert eff is not None and eff.slowdown == pytest.approx(1.5)
+def test_full_world_steps_after_the_fault_give_the_slowdown_and_the_slow_time() -> None:
+    # The world is whole again from 6.2 s: an opening step of 1 s, then 16 steps of 0.15 s.
+    late = steps(2, 21, 37, 6.2, [0, 1, 2, 3], every=0.15)
+    for e in late:
+        e["step_s"] = 1.0 if e["step"] == 21 else 0.15
+    eff = measure(trial() + late, steps=37, warmup_steps=2, world=4)
+    assert eff is not None
+    assert eff.pre_step_s == pytest.approx(STEP) and eff.slowdown == pytest.approx(1.5)
+    # Full-world steps past warmup, each world's first aside: eight of 0.1 s, sixteen of 0.15 s.
+    ff = (8 * 0.1 + 16 * 0.15) / 24
+    assert eff.ff_step_s == pytest.approx(ff)
+    # Each cycle against its own full-world steps: the first ran at 0.1 s, the second's
+    # full world at 0.15 s; three-rank steps are worth three quarters of what they took,
+    # and are never slow. Opening steps (1, 21) are worth a step but are not slow either.
+    assert eff.slow_s == pytest.approx(0.0, abs=1e-12)
+    assert eff.cycles[1].useful_s == pytest.approx(12 * 0.75 * 0.1 + 17 * 0.15)
+
+
+def test_a_fault_free_trial_measures_about_one_whatever_its_tail() -> None:
+    # Thirty steps of 0.1 s, one of them held 0.5 s longer (the shared machine's load).
+    events = steps(0, 1, 30, 0.0, [0, 1, 2, 3])
+    for e in events:
+        if e["step"] >= 15:
+            e["t"] += int(0.5 * NS)
+    eff = measure(events, steps=30, warmup_steps=2, world=4)
+    assert eff is not None
+    mean = (27 * STEP + 0.6) / 28  # steps 3-30 (1 opens the world, 2 is warmup)
+    assert eff.ff_step_s == pytest.approx(mean)
+    assert eff.value == pytest.approx(30 * mean / 3.5)  # 1.01; the median (0.1 s) would say 0.86
+    assert eff.slow_s == pytest.approx(28 * STEP + 0.6 - 29 * mean)  # steps 2-30 against the mean
 
 
 def test_no_figure_without_a_fault_free_step_time() -> None:
-    events = [e for e in trial() if e["event"] != "inject"]
-    events.append({"t": int(0.05 * NS), "event": "inject", "src": "harness", "fault": 0, "kind": "kill"})
-    assert measure(sorted(events, key=lambda e: e["t"]), steps=20, warmup_steps=2, world=4) is None
+    assert measure(trial(), steps=20, warmup_steps=10, world=4) is None  # no full-world step past warmup
     assert measure([], steps=20, warmup_steps=2, world=4) is None
 
 
