@@ -44,8 +44,9 @@ def _run_job(index: int) -> Any:
 
 def default_workers() -> int:
     """The CPUs this process may use (its affinity, as in a container), at most
-    :data:`MAX_WORKERS`; 1 where fork is not how the platform starts processes."""
-    if sys.platform != "linux":
+    :data:`MAX_WORKERS`; 1 where fork is not how the platform starts processes, or in a
+    daemonic process (which may not have children)."""
+    if sys.platform != "linux" or multiprocessing.current_process().daemon:
         return 1
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
@@ -111,7 +112,8 @@ class Drawing:
         except multiprocessing.TimeoutError:
             self.close()
             raise DrawingError(
-                f"the report's figures were not drawn within {self.deadline_s:.0f} s; a figure is stuck"
+                f"the report's figures were not drawn within {self.deadline_s:.0f} s: a figure is stuck, or the "
+                "worker drawing it was killed (out of memory?)"
             ) from None
         return self._done[index]
 
