@@ -74,6 +74,9 @@ class Check:
     skipped: int = 0
     recovered: int = 0
     overlapped: int = 0
+    trained_within: float = 0.0
+    """Share of wall time of the useful work done inside recoveries (inject to the end of
+    its downtime): survivors that train on while the stack recovers."""
     rate_per_s: float = math.nan
     lost_s: float = math.nan
     tau_s: float | None = None
@@ -145,6 +148,7 @@ def _check_point(
     res.injected = len(injections)
     res.recovered = sum(1 for i in injections if i.outcome == "recovered")
     res.overlapped = sum(1 for i in injections if i.overlapped)
+    res.trained_within = sum(_within(e, injs) for e, injs in trials) / res.wall_s
     res.slowdown = float(np.median([e.slowdown for e in effs if not math.isnan(e.slowdown)] or [math.nan]))
     saves = sum(e.saves for e in effs)
     res.delta_s = sum(e.checkpoint_s for e in effs) / saves if saves else 0.0
@@ -247,6 +251,19 @@ def _injections(
     return out
 
 
+def _within(eff: Effective, injections: list[Injection]) -> float:
+    """Seconds of useful work whose step ended inside a recovered fault's downtime."""
+    ends = np.array([t for t, _ in eff.work], dtype=np.int64)
+    worth = np.concatenate([[0.0], np.cumsum([w for _, w in eff.work])])
+    total = 0.0
+    for i in injections:
+        if i.outcome != "recovered" or math.isnan(i.downtime_s):
+            continue
+        lo, hi = np.searchsorted(ends, [i.t_ns, i.t_ns + int(i.downtime_s * 1e9)], side="right")
+        total += float(worth[hi] - worth[lo])
+    return total
+
+
 def _measured_shares(
     effs: list[Effective], injections: list[Injection], cols: list[str], wall: float
 ) -> dict[str, float]:
@@ -293,6 +310,11 @@ def _diagnose(res: Check, agree: float) -> list[str]:
         notes.append(
             f"{failed} of {res.injected} injected faults did not recover: their cost is in the measured time, "
             "while the model's loss per failure averages the recovered ones only"
+        )
+    if res.trained_within >= 0.01:
+        notes.append(
+            f"{100 * res.trained_within:.1f} % of wall time's useful work was done inside recoveries (survivors "
+            "training on while the stack recovered): the model counts the whole downtime as lost"
         )
     if res.overlapped:
         notes.append(

@@ -74,6 +74,9 @@ class Effective:
     world: int
     steps_done: int
     cycles: tuple[Cycle, ...]
+    work: tuple[tuple[int, float], ...]
+    """(end stamp, worth in seconds) of every distinct step, in time order: where in the
+    trial the useful work was done (during a recovery, by survivors that train on)."""
     injects_ns: tuple[int, ...]
     """Monotonic stamps of the injections, in time order (the cycles' boundaries)."""
     checkpoint_s: float
@@ -163,15 +166,17 @@ def measure(events: Sequence[Event], *, steps: int, warmup_steps: int, world: in
     useful = [0.0] * (len(bounds) - 1)
     lost = [0.0] * (len(bounds) - 1)
     slow = [0.0] * (len(bounds) - 1)
+    done: list[tuple[int, float]] = []
     for ws in last.values():
         share = min(1.0, (ws.world_size or world) / world)
         i = _cycle_of(bounds, ws.t_end)
         spent = took.get((ws.gen, ws.step), ffs[i])
+        worth = share * spent if share < 1.0 else ffs[i]
+        useful[i] += worth
+        done.append((ws.t_end, worth))
         if share < 1.0:
-            useful[i] += share * spent
             lost[i] += (1.0 - share) * spent
         else:
-            useful[i] += ffs[i]
             slow[i] += 0.0 if (ws.gen, ws.step) in opening else spent - ffs[i]
     cycles = tuple(
         Cycle(start_ns=a, end_ns=b, useful_s=u, fault=None if i == 0 else i - 1, degraded_s=d, slow_s=w)
@@ -185,6 +190,7 @@ def measure(events: Sequence[Event], *, steps: int, warmup_steps: int, world: in
         ff_step_s=ff,
         world=world,
         steps_done=len(last),
+        work=tuple(sorted(done)),
         cycles=cycles,
         injects_ns=tuple(injects),
         checkpoint_s=sum(held),

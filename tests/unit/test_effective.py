@@ -100,3 +100,28 @@ def test_no_figure_without_a_fault_free_step_time() -> None:
 @pytest.mark.parametrize(("t", "cycle"), [(0, 0), (9, 0), (10, 1), (19, 1), (20, 2), (30, 2), (99, 2)])
 def test_a_stamp_belongs_to_the_cycle_it_falls_in(t: int, cycle: int) -> None:
     assert _cycle_of([0, 10, 20, 30], t) == cycle
+
+
+def test_work_done_inside_a_recovery_is_counted_where_it_ended() -> None:
+    import numpy as np
+
+    from bench.project.validate import Injection, _within
+
+    eff = measure(trial(), steps=20, warmup_steps=2, world=4)
+    assert eff is not None and [t for t, _ in eff.work] == sorted(t for t, _ in eff.work)
+    assert sum(w for _, w in eff.work) == pytest.approx(eff.useful_s)
+
+    def fault(downtime_s: float, outcome: str = "recovered") -> Injection:
+        return Injection(
+            t_ns=int(1.05 * NS),
+            outcome=outcome,
+            phases=np.zeros(0),
+            downtime_s=downtime_s,
+            degraded_s=0.0,
+            overlapped=False,
+        )
+
+    # Recovered at 3.25 s: steps 9 and 10 of the three-rank world (3.1 s, 3.2 s) ended inside.
+    assert _within(eff, [fault(2.2)]) == pytest.approx(2 * 0.75 * STEP)
+    assert _within(eff, [fault(1.0)]) == 0.0  # nothing trained between 1.05 s and 2.05 s
+    assert _within(eff, [fault(2.2, outcome="failed")]) == 0.0
