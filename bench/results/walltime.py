@@ -88,7 +88,7 @@ def wall_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float
     reference apart, as ``<label> (reference)``), and the median trial wall time."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
-        if int(r.get("fault") or 0) > 0:
+        if int(r.get("fault_index") or 0) > 0:
             continue  # one row per trial: a trial's later faults repeat its figures
         name = f"{r.get('label', '')} (reference)" if r.get("reference") else str(r.get("label", ""))
         groups.setdefault(name, []).append(r)

@@ -62,10 +62,23 @@ def test_no_trial_start_no_parts() -> None:
 
 def test_summary_medians_per_point_with_the_reference_apart() -> None:
     rows = [
-        {"label": "p", "fault": 0, "trial_wall_s": 10.0, "wall_import_s": 4.0},
-        {"label": "p", "fault": 1, "trial_wall_s": 99.0, "wall_import_s": 99.0},  # a later fault of the same trial
-        {"label": "p", "fault": 0, "trial_wall_s": 12.0, "wall_import_s": 6.0},
-        {"label": "p", "fault": -1, "reference": True, "trial_wall_s": 8.0, "wall_import_s": math.nan},
+        {"label": "p", "fault_index": 0, "fault": "kill", "trial_wall_s": 10.0, "wall_import_s": 4.0},
+        {
+            "label": "p",
+            "fault_index": 1,
+            "fault": "stall",
+            "trial_wall_s": 99.0,
+            "wall_import_s": 99.0,
+        },  # a later fault of the same trial
+        {"label": "p", "fault_index": 0, "fault": "kill", "trial_wall_s": 12.0, "wall_import_s": 6.0},
+        {
+            "label": "p",
+            "fault_index": -1,
+            "fault": "none",
+            "reference": True,
+            "trial_wall_s": 8.0,
+            "wall_import_s": math.nan,
+        },
     ]
     summary = wall_summary(rows)
     assert summary["p"] == {"trial_wall_s": 11.0, "wall_import_s": 5.0}
