@@ -140,7 +140,7 @@ def _check_point(
         res.skipped += sum(1 for e in events if e["event"] == "inject_skipped")
         trials.append((eff, _injections(events, rows, cols, eff)))
     if not trials:
-        res.reason = "no trial trained with a fault-free step time before its first fault"
+        res.reason = "no trial has an event log with full-world steps past warmup to measure from"
         return
     effs = [e for e, _ in trials]
     injections = [i for _, injs in trials for i in injs]

@@ -4,6 +4,7 @@ schedule, the report counts what each met, and the projection check reads the ru
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from bench.procs.events import read_events
 from bench.project.validate import check
 from bench.report.mix import met
 from bench.results.reader import load as load_run
+from bench.run.runner import RunReport
 from bench.scenario import mix
 from bench.scenario.loader import load
 
@@ -30,7 +32,9 @@ def small() -> str:
 
 
 @pytest.mark.timeout(600)
-def test_every_stack_meets_the_same_schedule_and_the_report_counts_it(run_scenario, write_scenario) -> None:
+def test_every_stack_meets_the_same_schedule_and_the_report_counts_it(
+    run_scenario: Callable[[str], RunReport], write_scenario: Callable[..., Path]
+) -> None:
     text = small()
     drawn = mix.of(load(write_scenario(text, "drawn.toml")).faults)
     assert drawn is not None
