@@ -26,6 +26,8 @@ from collections.abc import Callable
 from multiprocessing.pool import AsyncResult, Pool
 from typing import Any, Generic, TypeVar
 
+from bench.procs.hygiene import set_pdeathsig
+
 T = TypeVar("T")
 
 #: How long a report waits for all of its figures. A 10,000-trial run draws in well
@@ -95,7 +97,8 @@ class Drawing:
         global _JOBS
         _JOBS = self._calls
         try:
-            self._pool = multiprocessing.get_context("fork").Pool(workers)
+            # a worker dies with the report (SIGKILLed or not): no orphan draws on
+            self._pool = multiprocessing.get_context("fork").Pool(workers, initializer=set_pdeathsig)
             self._async = [self._pool.apply_async(_run_job, (i,)) for i in range(len(self._calls))]
         finally:
             _JOBS = []  # the workers hold their copy; the parent keeps none

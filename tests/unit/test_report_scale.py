@@ -16,6 +16,9 @@ import importlib.util
 import json
 import math
 import multiprocessing
+import os
+import signal
+import subprocess
 import sys
 import time
 from fractions import Fraction
@@ -208,3 +211,39 @@ def test_bigrun_replicates_a_run_faithfully(tmp_path: Path) -> None:
             assert (a / "harness.jsonl").read_bytes() == (b / "harness.jsonl").read_bytes()
     with pytest.raises(SystemExit, match="exists"):
         bigrun.replicate(source, out, trials=40, points=4)
+
+
+_ORPHAN = """
+import os, sys, time
+from bench.report.drawing import Drawing
+def stuck(): time.sleep(120)
+d = Drawing(workers=2); d.submit(stuck); d.submit(stuck); d.start()
+print(" ".join(str(p.pid) for p in d._pool._pool), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
+def test_workers_die_with_a_killed_report() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _ORPHAN], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert len(workers) == 2
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in workers if _running(pid)]
+    for pid in left:  # a failing check leaves no orphan behind
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
