@@ -5,7 +5,7 @@
 A report of thousands of trials has to be measured on thousands of trials, and running
 them takes hours. This tool replicates the trials of a run ``ftbench run`` made (every
 file in its public format: run.json, trials.jsonl, trials.csv, steps.csv, events/) into
-``--points`` points of ``--trials / --points`` trials each: point ``k`` is a copy of the
+``--points`` points of ``--trials // --points`` trials each: point ``k`` is a copy of the
 source's point ``k mod n`` (label suffixed ``replica=k``, a point hash of its own), and
 its trial ``t`` is the source point's trial ``t mod m``, its rows, its steps.csv rows and
 its event log, with the point hash, label and trial rewritten. A point's fault-free
@@ -14,8 +14,8 @@ every figure, step and event is one the harness measured, so a report of the cop
 the content of a real run of that size (its distributions are the source's, repeated).
 
 Event logs are hard links by default (``--events link``: 10,000 trials of kill-one-rank
-take ~1 GB of steps.csv but no more room for events), ``copy`` writes them out (cold
-files, as a real run leaves them), ``none`` leaves them out (a baseline's shape).
+take ~0.8 GB of steps.csv but no more room for events), ``copy`` writes them out (cold
+files, as a real run leaves them), ``none`` leaves them out (steps.csv stays).
 
 The new run.json says how it was made (``command`` and ``replicated_from``), so its
 report's environment table names the tool, not ``ftbench run``.

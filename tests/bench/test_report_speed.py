@@ -76,4 +76,4 @@ def test_report_of_many_trials(benchmark, source: Path, tmp_path: Path, trials: 
         f"load average {', '.join(f'{x:.1f}' for x in loads)} on {os.cpu_count()} CPUs"
     )
     assert (big / "report.html").stat().st_size > 0 and len(list((big / "plots").glob("*.png"))) == 12
-    shutil.rmtree(big)  # ~1 GB of steps.csv at 10,000 trials; pytest keeps its last temporary folders
+    shutil.rmtree(big)  # ~0.8 GB of steps.csv at 10,000 trials; pytest keeps its last temporary folders
