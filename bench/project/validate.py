@@ -75,8 +75,9 @@ class Check:
     recovered: int = 0
     overlapped: int = 0
     trained_within: float = 0.0
-    """Share of wall time of the useful work done inside recoveries (inject to the end of
-    its downtime): survivors that train on while the stack recovers."""
+    """Share of wall time of the useful work that ended inside recoveries (inject to the
+    end of its downtime): survivors that train on while the stack recovers, and the
+    replayed steps that end a recovery."""
     rate_per_s: float = math.nan
     lost_s: float = math.nan
     tau_s: float | None = None
@@ -313,8 +314,9 @@ def _diagnose(res: Check, agree: float) -> list[str]:
         )
     if res.trained_within >= 0.01:
         notes.append(
-            f"{100 * res.trained_within:.1f} % of wall time's useful work was done inside recoveries (survivors "
-            "training on while the stack recovered): the model counts the whole downtime as lost"
+            f"{100 * res.trained_within:.1f} % of wall time's useful work ended inside recoveries (survivors "
+            "training on while the stack recovered, or the replayed steps that end one): the model counts the "
+            "whole downtime as lost"
         )
     if res.overlapped:
         notes.append(
