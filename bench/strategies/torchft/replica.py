@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,15 +52,13 @@ from torchft.optim import OptimizerWrapper
 from bench.procs.events import ADDRESS_ENV, EventWriter
 from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
-from bench.rank.comm import classify
 from bench.rank.entry import RankSpec, device, store_client
 from bench.scenario.registry import load_path
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
+from bench.strategies.torchft.loop import train
 from bench.strategies.torchft.observe import (
     StampingManager,
     TimedTransport,
-    first_line,
-    pg_handle,
     replica_log_path,
     start_barrier,
 )
@@ -134,8 +132,15 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
     )
     if spec.role == "initial":
         start_barrier(store, len(spec.members), spec.wait_s)
+
+    def compute(step: int, replica: int | None, n: int) -> tuple[Callable[[], float], dict[str, Any]]:
+        x, y = workload.batch(step, replica or 0, max(n, 1))
+        sq = ((model(x) - y) ** 2).sum()
+        (sq * max(n, 1) / workload.global_batch).backward()
+        return (lambda: float(sq.item()) / workload.global_batch), {"group_rank": -1 if replica is None else replica}
+
     try:
-        return _train(spec, events, manager, model, optimizer, workload)
+        return train(spec, events, manager, optimizer, workload, compute)
     finally:
         manager.shutdown(wait=False)
 
@@ -165,67 +170,6 @@ def native_group(spec: RankSpec, timeout: datetime.timedelta) -> dist.ProcessGro
     group = dist.group.WORLD
     assert isinstance(group, dist.ProcessGroup)
     return group
-
-
-def _train(
-    spec: RankSpec, events: EventWriter, manager: Any, model: torch.nn.Module, optimizer: Any, workload: Any
-) -> int:
-    """The training loop: one iteration per quorum, committed or discarded."""
-    steps = spec.workload.steps
-    gen = -1
-    failing = False
-    first = True
-    events.emit("train_start", step=manager.current_step() + 1, role=spec.role)
-    while manager.current_step() < steps:
-        start = time.perf_counter()
-        manager.first_error = None
-        optimizer.zero_grad(set_to_none=False)  # starts this step's quorum (async)
-        n = manager.num_participants()  # waits for the quorum (and a heal's transfer)
-        rank = manager.participating_rank() if manager.is_participating() else None
-        quorum_id = int(getattr(manager, "_quorum_id", -1))  # no public getter in any release
-        step = manager.current_step() + 1  # a healed replica is at its source's step now
-        if first and spec.role == "replacement" and rank is not None and step == 1:
-            # It participates at step 0, so nobody in its quorum has made progress: the job
-            # it was started to rejoin is over (a healing replica does not participate).
-            events.emit("train_end", step=0, gen=quorum_id, world_size=n, reason="nothing to rejoin")
-            return 0
-        first = False
-        if quorum_id != gen:
-            events.emit(
-                "reconfigured",
-                gen=quorum_id,
-                world_size=n,
-                step=step,
-                participating=rank is not None,
-                pg_handle=pg_handle(manager._pg),
-            )
-            gen = quorum_id
-        x, y = workload.batch(step, rank or 0, max(n, 1))
-        sq = ((model(x) - y) ** 2).sum()
-        (sq * max(n, 1) / workload.global_batch).backward()
-        optimizer.step()  # should_commit(); steps the wrapped optimizer only on a commit
-        if manager.current_step() == step:
-            failing = False
-            share = float(sq.item()) / workload.global_batch if rank is not None else 0.0
-            events.emit(
-                "step_end",
-                step=step,
-                step_s=time.perf_counter() - start,
-                gen=gen,
-                world_size=n,
-                group_rank=-1 if rank is None else rank,
-                loss_share=share,
-                participating=rank is not None,
-            )
-            continue
-        t_err, message = manager.first_error or (time.monotonic_ns(), first_line(manager.errored()))
-        if message and not failing:
-            events.emit("detect", t=t_err, how=classify(message), error=message[:300], gen=gen, step=step)
-            failing = True
-        events.emit("discard", step=step, gen=gen, world_size=n, error=message[:200])
-    # The final parameters' digest: replicas that diverged show as "corrupted".
-    events.emit("train_end", step=manager.current_step(), gen=gen, **workload.checksum())
-    return 0
 
 
 def ddp_class(workaround: bool) -> type:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,16 +46,15 @@ from torchft.optim import OptimizerWrapper
 from bench.procs.events import ADDRESS_ENV, EventWriter
 from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
-from bench.rank.comm import classify
-from bench.rank.entry import EXIT_FAILED, RankSpec, device, store_client
+from bench.rank.entry import RankSpec, device, store_client
 from bench.scenario.registry import load_path
 from bench.strategies.torchft import group_key
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
+from bench.strategies.torchft.loop import GroupLost, train
 from bench.strategies.torchft.observe import (
     StampingManager,
     TimedTransport,
     first_line,
-    pg_handle,
     replica_log_path,
     start_barrier,
 )
@@ -133,47 +132,9 @@ def sharded_main(spec: RankSpec, events: EventWriter) -> int:
     )
     if spec.role == "initial":
         start_barrier(store, len(spec.members), spec.wait_s)
-    try:
-        return _train(spec, events, manager, optimizer, workload, group_rank, size)
-    finally:
-        manager.shutdown(wait=False)
-        del group_store
 
-
-def _train(
-    spec: RankSpec, events: EventWriter, manager: Any, optimizer: Any, workload: Any, group_rank: int, size: int
-) -> int:
-    """One iteration per quorum, committed or discarded, as the ddp replica's loop."""
-    steps = spec.workload.steps
-    gen = -1
-    failing = False
-    first = True
-    events.emit("train_start", step=manager.current_step() + 1, role=spec.role)
-    while manager.current_step() < steps:
-        start = time.perf_counter()
-        manager.first_error = None
-        optimizer.zero_grad(set_to_none=False)  # starts this step's quorum (async)
-        n = manager.num_participants()  # waits for the quorum (and a heal's transfer)
-        replica = manager.participating_rank() if manager.is_participating() else None
-        quorum_id = int(getattr(manager, "_quorum_id", -1))  # no public getter in any release
-        step = manager.current_step() + 1
-        ranks = max(n, 1) * size
-        if first and spec.role == "replacement" and replica is not None and step == 1:
-            # As the ddp replica: nobody in its quorum has made progress, the job is over.
-            events.emit("train_end", step=0, gen=quorum_id, world_size=n * size, reason="nothing to rejoin")
-            return 0
-        first = False
-        if quorum_id != gen:
-            events.emit(
-                "reconfigured",
-                gen=quorum_id,
-                world_size=n * size,
-                step=step,
-                participating=replica is not None,
-                pg_handle=pg_handle(manager._pg),
-            )
-            gen = quorum_id
-        read = workload.batch
+    def compute(step: int, replica: int | None, n: int) -> tuple[Callable[[], float], dict[str, Any]]:
+        read, ranks = workload.batch, max(n, 1) * size
         index = (replica or 0) * size + group_rank
         x, y = workload.shard(read, index, ranks)
         try:
@@ -181,32 +142,18 @@ def _train(
             summed = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
             share = summed / workload.tokens_per_step
             (share * ranks).backward()  # reduce-scatter in the group, then torchft's allreduce
-        except RuntimeError as err:
-            # The group's own collective failed: a peer of this group died. The group is
-            # lost as a whole (torchrun's agent restarts it); the other groups go on.
-            message = f"{type(err).__name__}: {first_line(err)}"
-            events.emit("detect", how=classify(message), error=message[:300], gen=gen, step=step, scope="group")
-            return EXIT_FAILED
-        optimizer.step()  # should_commit(); a healing rank loads its source's shards first
-        if manager.current_step() == step:
-            failing = False
-            workload.batch += 1  # after a heal: the source's position, plus this step
-            events.emit(
-                "step_end",
-                step=step,
-                step_s=time.perf_counter() - start,
-                gen=gen,
-                world_size=n * size,
-                group_rank=-1 if replica is None else index,
-                loss_share=float(share.item()) if replica is not None else 0.0,
-                participating=replica is not None,
-                **({"batch": read, "tokens": workload.tokens_per_step} if replica is not None else {}),
-            )
-            continue
-        t_err, message = manager.first_error or (time.monotonic_ns(), first_line(manager.errored()))
-        if message and not failing:
-            events.emit("detect", t=t_err, how=classify(message), error=message[:300], gen=gen, step=step)
-            failing = True
-        events.emit("discard", step=step, gen=gen, world_size=n * size, error=message[:200])
-    events.emit("train_end", step=manager.current_step(), gen=gen, **workload.checksum())
-    return 0
+        except RuntimeError as err:  # the group's own collective: a peer of this group died
+            raise GroupLost(f"{type(err).__name__}: {first_line(err)}") from err
+        fields: dict[str, Any] = {"group_rank": -1 if replica is None else index}
+        if replica is not None:
+            fields.update(batch=read, tokens=workload.tokens_per_step)
+        return (lambda: float(share.item())), fields
+
+    def advance() -> None:
+        workload.batch += 1  # after a heal: the source's position, plus this step
+
+    try:
+        return train(spec, events, manager, optimizer, workload, compute, group_size=size, on_commit=advance)
+    finally:
+        manager.shutdown(wait=False)
+        del group_store
