@@ -271,9 +271,10 @@ def project(
 
     run = open_run(run_dir)
     if validate:
-        from bench.project import validate as check
+        from bench.project.validate import check
+        from bench.project.validate_page import write
 
-        page = check.write(check.check(run), run, out or run.path / "project")
+        page = write(check(run), run, out or run.path / "project")
         click.echo(page.read_text())
         click.echo(f"written: {page}")
         return

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from bench.results.effective import _cycle_of, measure
@@ -125,3 +127,26 @@ def test_work_done_inside_a_recovery_is_counted_where_it_ended() -> None:
     assert _within(eff, [fault(2.2)]) == pytest.approx(2 * 0.75 * STEP)
     assert _within(eff, [fault(1.0)]) == 0.0  # nothing trained between 1.05 s and 2.05 s
     assert _within(eff, [fault(2.2, outcome="failed")]) == 0.0
+
+
+def test_the_check_page_sets_measured_beside_predicted(tmp_path: Path) -> None:
+    from bench.project.validate import Check
+    from bench.project.validate_page import parts_table, table, write
+    from bench.results.reader import Run
+
+    done = Check(label="strategy=restart", strategy="restart", wall_s=426.0, injected=10, recovered=9)
+    done.rate_per_s, done.lost_s = 10 / 426.0, 14.4
+    done.measured, done.predicted, done.error = (0.661, 0.526, 0.746), (0.745, 0.674, 0.798), (-0.084, -0.147, -0.052)
+    done.model_shares, done.measured_shares = {"recover": 0.238}, {"recover": 0.287, "slower steps": -0.001}
+    done.notes = ["differ by -8.4 points [-14.7, -5.2]"]
+    none = Check(label="strategy=failstop", strategy="failstop", reason="no injected fault recovered")
+    row = table([done, none]).to_dict("records")
+    assert row[0]["measured E"] == "66.1 % [52.6, 74.6]" and row[0]["error (points)"] == "-8.4 [-14.7, -5.2]"
+    assert row[1]["measured E"] == "-" and row[1]["note"] == "no injected fault recovered"
+    parts = parts_table([done, none])
+    assert set(parts["strategy"]) == {"restart"}  # a point without a check has no parts
+    recover = parts[parts["part"] == "recover"].iloc[0]
+    assert (recover["model"], recover["measured"], recover["difference (points)"]) == ("23.8 %", "28.7 %", "+4.9")
+    page = write([done, none], Run(path=tmp_path / "chaos" / "run", info={}, trials=pd.DataFrame()), tmp_path)
+    text = page.read_text()
+    assert "| restart | 7.1 min |" in text and "**failstop**: no injected fault recovered" in text
