@@ -174,3 +174,73 @@ def test_torchft_trains_the_transformer_under_hsdp_only() -> None:
     with pytest.raises(ConfigError, match=r"workload\.parallelism"):
         parse(_scenario("torchft"), file="t.toml")
     parse(_scenario("torchft", parallelism="hsdp", replicas=2), file="t.toml")
+
+
+@pytest.mark.parametrize(
+    ("knobs", "key"),
+    [
+        ({"width": 30, "heads": 4}, "workload.width"),
+        ({"parallelism": "hsdp", "replicas": 4}, "workload.replicas"),
+        ({"parallelism": "hsdp", "replicas": 3}, "workload.replicas"),
+    ],
+)
+def test_shapes_that_cannot_be_built_are_refused(knobs: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(_scenario("failstop", **knobs), file="t.toml")
+    assert info.value.key == key
+
+
+def test_faults_inside_collectives_are_refused_under_fsdp() -> None:
+    """FSDP2's collectives bypass the rank-side hooks: such a fault would never act."""
+    hang = _scenario("failstop", parallelism="fsdp") | {
+        "faults": [{"kind": "hang", "duration_s": 2, "target": {"ranks": [1]}, "trigger": {"at_step": 5}}]
+    }
+    with pytest.raises(ConfigError) as info:
+        parse(hang, file="t.toml")
+    assert info.value.key == "faults.0.kind"
+    hang["workload"]["parallelism"] = "ddp"
+    parse(hang, file="t.toml")
+
+
+def test_the_report_tables_the_data_position_only_where_a_workload_reports_it(tmp_path: Path) -> None:
+    from bench.report import datapos
+    from bench.report.blocks import Report
+    from bench.report.series import build_series
+    from bench.results.reader import load as load_run
+    from tests.unit.runfactory import trial, write_run
+
+    tokens = {"tokens_per_s": 5000.0, "tokens_skipped": 0.0}
+    run = write_run(
+        tmp_path,
+        "tx",
+        {
+            "strategy=restart": [
+                trial(0.01, 9.0, tokens_repeated=0.0, loss_delta=0.0, **tokens),
+                trial(0.01, 9.0, tokens_repeated=512.0, loss_delta=0.01, **tokens),
+                trial(0.01, 9.0, tokens_repeated=0.0, loss_delta=0.0, **tokens),
+            ],
+        },
+    )
+    (row,) = datapos.table(build_series([load_run(run)])).to_dict("records")
+    assert row["tokens/s (fault-free)"] == "5,000 (n=3)"
+    assert row["tokens repeated"] == "512 (n=3)", "one trial that lost its place is what the row shows"
+    assert row["tokens skipped"] == "0 (n=3)"
+    plain = write_run(tmp_path / "plain", "kill", {"strategy=failstop": [trial(0.01)]})
+    empty = Report()
+    datapos.section(empty, build_series([load_run(plain)]))
+    assert empty.blocks == []
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_memory_estimate_counts_the_model_it_builds(tied: bool) -> None:
+    from bench.workloads.transformer import parameters
+
+    p = TransformerParams(layers=3, width=24, heads=2, seq_len=10, vocab=50, tied=tied)
+    assert parameters(p)[0] == sum(q.numel() for q in build(p, 0).parameters())
+
+
+def test_a_transformer_too_big_for_the_machine_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(_scenario("failstop", width=8192, layers=64, vocab=1 << 20), file="t.toml")
+    assert info.value.key.startswith("workload.") and "fit this machine" in info.value.expected
+    parse(_scenario("failstop"), file="t.toml")
