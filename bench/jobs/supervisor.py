@@ -155,3 +155,13 @@ class RegrowingJob(SupervisedJob):
     def replacement_delay(self, rank: int) -> float | None:
         params = self.ctx.scenario.recovery.params
         return float(params.regrow_delay_s) if params.regrow else None
+
+    def on_exit(self, r: RankProcess) -> None:
+        """A rank the survivors evicted (it left, healthy, because it saw the failure too
+        late to join the new world) is a slot lost like a death: growing back to full
+        strength replaces it as well."""
+        super().on_exit(r)
+        if r.exitcode == EXIT_LEFT and self.finished_at is None and self.launcher.running():
+            delay = self.replacement_delay(r.rank)
+            if delay is not None:
+                self.replacements[r.rank] = time.monotonic() + delay
