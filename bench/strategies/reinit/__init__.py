@@ -23,8 +23,9 @@ class ReinitParams:
     in nor are known dead (a stalled rank). Known deaths (the supervisor reports exits)
     end the wait at once, so this only costs time for hung members."""
     regrow: bool = False
-    """Start a replacement for each rank that died; it joins the running world at a
-    step boundary and takes its state from a live peer (time to full strength)."""
+    """Start a replacement for each rank that died or was evicted (it saw the failure too
+    late to join the new world and left); it joins the running world at a step boundary
+    and takes its state from a live peer (time to full strength)."""
     regrow_delay_s: float = bounded(1.0, ge=0)
     """How long after a rank's death its replacement is started (a scheduler's delay)."""
 
