@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.run.trial import confinable
+from bench.scenario.crosscheck import uses_namespaces
 from bench.scenario.faults import FAULTS
-from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
 from bench.scenario.strategy import STRATEGIES
 

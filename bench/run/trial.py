@@ -26,8 +26,8 @@ from bench.results.facts import FaultFigures, TrialFacts, trial_facts
 from bench.run.hangs import StackDumps, tolerance
 from bench.run.schedule import ScheduledFault, TrialState, schedule
 from bench.run.watchdog import WatchdogLog
+from bench.scenario.crosscheck import uses_namespaces
 from bench.scenario.faults import FAULTS
-from bench.scenario.loader import uses_namespaces
 from bench.scenario.model import Scenario
 from bench.scenario.strategy import STRATEGIES
 

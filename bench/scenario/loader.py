@@ -15,17 +15,16 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.scenario import figures, limits, memory, mix
+from bench.scenario import figures, limits
 from bench.scenario.config import UNKNOWN_KEY, ConfigError, build, join, show, to_dict
-from bench.scenario.faults import FAULTS, FaultSpec, check_fault
+from bench.scenario.crosscheck import cross_check
+from bench.scenario.faults import FAULTS, FaultSpec
 from bench.scenario.model import (
-    NCCL_NAME,
     GateSpec,
     LaunchSpec,
     MeasureSpec,
@@ -36,10 +35,9 @@ from bench.scenario.model import (
 )
 from bench.scenario.overrides import apply_override, canonical, check_sweep, flatten_sweep, label, set_path
 from bench.scenario.registry import Registry
-from bench.scenario.requirements import parse as parse_requirements
 from bench.scenario.requirements import torch_of, version_of
 from bench.scenario.strategy import STRATEGIES
-from bench.scenario.workload import WORKLOADS, WorkloadPlugin
+from bench.scenario.workload import WORKLOADS
 
 TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch", "sweep", "gate")
 
@@ -230,7 +228,7 @@ def _validate(raw: Mapping[str, Any], file: str, gate: GateSpec | None = None) -
         source=file,
         raw=raw,
     )
-    _cross_check(scenario, file)
+    cross_check(scenario, file)
     return scenario
 
 
@@ -321,106 +319,3 @@ def known_phases() -> list[str]:
 def default_strategy() -> str:
     """The strategy of a scenario that names none (the one declared ``default``)."""
     return next(name for name in STRATEGIES.names() if STRATEGIES[name].default)
-
-
-def _cross_check(s: Scenario, file: str) -> None:
-    w = s.workload
-    if w.warmup_steps >= w.steps:
-        raise ConfigError(file, "workload.warmup_steps", f"fewer than workload.steps ({w.steps})", w.warmup_steps)
-    if w.world_size % s.launch.ranks_per_host:
-        raise ConfigError(
-            file, "launch.ranks_per_host", f"a divisor of workload.world_size ({w.world_size})", s.launch.ranks_per_host
-        )
-    for name in s.launch.nccl.extra:
-        if not re.fullmatch(NCCL_NAME, name):
-            raise ConfigError(file, f"launch.nccl.extra.{name}", "a name NCCL_* or TORCH_NCCL_* in capitals", name)
-    if s.workload.backend == "gloo" and s.launch.nccl.environment():
-        raise ConfigError(file, "launch.nccl", 'no NCCL knobs for workload.backend = "gloo"', "a knob set")
-    max_seed = (2**63 - 1 - w.steps) // limits.SEED_FACTOR
-    if s.measure.seed > max_seed:
-        raise ConfigError(
-            file,
-            "measure.seed",
-            f"a seed <= {max_seed} (the workloads seed step s with seed x {limits.SEED_FACTOR} + s, "
-            "which must stay below 2**63)",
-            s.measure.seed,
-        )
-    strategy = STRATEGIES[s.recovery.strategy]
-    for i, f in enumerate(s.faults):
-        check_fault(
-            f,
-            world_size=w.world_size,
-            steps=w.steps,
-            ranks_per_host=s.launch.ranks_per_host,
-            deadline_s=s.measure.deadline_s,
-            strategy=strategy.name,
-            components=strategy.components,
-            file=file,
-            where=f"faults.{i}",
-            agents=s.launch.agents,
-        )
-    mix.check(s.faults, file=file)
-    declared = WORKLOADS[w.kind]
-    if isinstance(declared, WorkloadPlugin) and declared.check is not None:
-        declared.check(s, file)  # first: its reason is more precise than a strategy's list of kinds
-    memory.check(s, file)
-    _check_strategy(s, file)
-    try:
-        parse_requirements(s.launch.env)
-    except ValueError as err:
-        raise ConfigError(file, "launch.env", "requirements NAME[==VERSION] separated by spaces", str(err)) from None
-
-
-def _check_strategy(s: Scenario, file: str) -> None:
-    """What the point's strategy declares it can run (:class:`bench.strategies.Strategy`)."""
-    name, w = s.recovery.strategy, s.workload
-    strategy = STRATEGIES[name]
-    if strategy.workloads and w.kind not in strategy.workloads:
-        kinds = " or ".join(repr(k) for k in strategy.workloads)
-        raise ConfigError(file, "workload.kind", f"{kinds} with strategy {name}", w.kind)
-    for i, f in enumerate(s.faults):
-        if FAULTS[f.kind].rank_side and not strategy.rank_side_faults:
-            raise ConfigError(
-                file,
-                f"faults.{i}.kind",
-                f"a fault that acts from outside the rank with strategy "
-                f"{name} (its collectives do not pass through ftbench's hooks)",
-                f.kind,
-            )
-        if FAULTS[f.kind].rank_side and i >= limits.rt_signals():
-            raise ConfigError(
-                file,
-                f"faults.{i}.kind",
-                f"a fault that acts from outside the rank at index {i}: rank-side faults are armed by "
-                f"the real-time signal SIGRTMIN + index, and there are {limits.rt_signals()}",
-                f.kind,
-            )
-        if FAULTS[f.kind].whole_host and not (s.launch.agents and f.target.host is not None):
-            raise ConfigError(
-                file,
-                f"faults.{i}",
-                f"launch.agents = true and target = {{ host = k }}: {f.kind!r} takes a host's agent away with it",
-                to_dict(f.target),
-            )
-    links = any(FAULTS[f.kind].family == "link" for f in s.faults)
-    if links and s.launch.network == "loopback":
-        raise ConfigError(file, "launch.network", "'auto' or 'namespaces' (link faults need namespaces)", "loopback")
-    if (links or s.launch.network == "namespaces") and not strategy.namespaces:
-        able = " or ".join(repr(n) for n in STRATEGIES.names() if STRATEGIES[n].namespaces)
-        raise ConfigError(
-            file,
-            "recovery.strategy",
-            f"{able} with network namespaces (their ranks are started by ftbench's own launcher, "
-            "which puts each host in its namespace)",
-            name,
-        )
-    if strategy.check is not None:
-        strategy.check(s, file)
-
-
-def uses_namespaces(scenario: Scenario) -> bool:
-    """Whether the trials of ``scenario`` run each host in a network namespace."""
-    network = scenario.launch.network
-    return network == "namespaces" or (
-        network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults)
-    )
