@@ -65,11 +65,8 @@ def _num(v: object) -> float:
 def points(run: Run) -> list[PointFigures]:
     """Every point of the run with fault trials, in scenario order."""
     out = []
-    for p in run.points():
+    for p, df in run.measured_points():
         h = p["point_hash"]
-        df = run.measured(h)
-        if df.empty:
-            continue
         first = df.iloc[0]
         cols = run.phase_columns(h)
         ok = df[df["outcome"] == "recovered"]
@@ -104,11 +101,8 @@ def scaling_data(run: Run, per_core: bool = False) -> dict[tuple[str, str, str],
     by max(1, ranks / the machine's cores), as if every rank had a core of its own."""
     n_cores = cores(run)
     out: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
-    for p in run.points():
+    for p, df in run.measured_points():
         h = p["point_hash"]
-        df = run.measured(h)
-        if df.empty:
-            continue
         ok = df[df["outcome"] == "recovered"]
         for col in run.phase_columns(h):
             for _, r in ok.iterrows():

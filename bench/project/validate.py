@@ -99,11 +99,8 @@ def check(run: Run, *, replicates: int = 2000, seed: int = 0, agree: float = 0.0
     within which the two count as agreeing."""
     figures = {p.label: p for p in points(run)}
     out = []
-    for p in run.points():
+    for p, df in run.measured_points():
         h = p["point_hash"]
-        df = run.measured(h)
-        if df.empty:
-            continue
         label = str(df["label"].iloc[0])
         res = Check(label=label, strategy=str(df["strategy"].iloc[0]))
         point = figures.get(label)

@@ -51,14 +51,11 @@ def met(run: Run) -> pd.DataFrame | None:
     """Stack x mix entry: share, injected, skipped, outcomes and downtime; None when no
     point of the run has a mix."""
     rows: list[dict[str, Any]] = []
-    for p in run.points():
+    for p, df in run.measured_points():
         h = p["point_hash"]
         faults = p.get("config", {}).get("faults") or []
         found = mix.from_config(faults)
         if found is None:
-            continue
-        df = run.measured(h)
-        if df.empty:
             continue
         shares = found.normalised()
         skipped = _skipped(run, h, df)

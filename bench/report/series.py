@@ -143,10 +143,7 @@ def build_series(runs: list[Run]) -> list[Series]:
     tags = run_tags(runs)
     found = []
     for run, tag in zip(runs, tags, strict=True):
-        for p in run.points():
-            rows = run.measured(p["point_hash"])
-            if rows.empty:
-                continue
+        for p, rows in run.measured_points():
             strategy = str(rows["strategy"].iloc[0]) if "strategy" in rows else ""
             found.append((run, tag, p, strategy))
     strategies = list(dict.fromkeys(f[3] for f in found))

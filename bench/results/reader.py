@@ -13,7 +13,7 @@ import json
 import math
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -95,6 +95,13 @@ class Run:
         # a shallow copy: with pandas' copy-on-write a caller that sets a column changes
         # its own frame, never the one kept here
         return cast(pd.DataFrame, self._memoised(("measured", point_hash), select)).copy(deep=False)
+
+    def measured_points(self) -> Iterator[tuple[dict[str, Any], pd.DataFrame]]:
+        """Each point that has fault trials, with its rows: (run.json's point, rows)."""
+        for p in self.points():
+            df = self.measured(p["point_hash"])
+            if not df.empty:
+                yield p, df
 
     def values(self, point_hash: str, metric: str) -> list[float]:
         """The figure's values that exist, one per fault trial of the point."""
