@@ -16,7 +16,7 @@ from bench.cli.common import SET_OPTION, Ascii, cli, errors, interrupt, load_sce
 from bench.scenario import catalogue, mix
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
-from bench.scenario.loader import load, points, refused, stack_gap
+from bench.scenario.loader import expand, load, points, stack_gap
 from bench.scenario.registry import Registry
 from bench.scenario.strategy import STRATEGIES
 from bench.scenario.workload import WORKLOADS
@@ -93,12 +93,12 @@ def validate(files: tuple[str, ...]) -> None:
     for name in files:
         try:
             sc = load(catalogue.resolve(name))
-            pts = points(sc)
+            pts, refused = expand(sc)
             gaps = {p.label: why for p in pts if (why := stack_gap(p.scenario))}
             click.echo(f"ok    {one_line(sc.source)}: {sc.name}, {len(pts)} point(s)")
             if (drawn := mix.of(sc.faults)) is not None:
                 click.echo(f"      {drawn.text()}")
-            for label, why in refused(sc).items():
+            for label, why in refused.items():
                 click.echo(f"      left out: {label}: {why}")
             for label, why in gaps.items():
                 click.echo(f"      skipped here: {label}: {why}")

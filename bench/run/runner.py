@@ -30,7 +30,7 @@ from bench.results.writer import HOLDER_ENV, RunDir, write_failure
 from bench.run.preflight import exposure, stage_overhead
 from bench.run.trial import TrialResult, run_trial, unavailable
 from bench.scenario.config import ConfigError, to_dict
-from bench.scenario.loader import identity, parse, points, refused
+from bench.scenario.loader import expand, identity, parse
 from bench.scenario.model import Point, Scenario
 from bench.scenario.requirements import parse as parse_requirements
 
@@ -97,7 +97,7 @@ def _run(
     only: set[str] | None,
     cluster: Cluster | None,
 ) -> RunReport:
-    pts = points(scenario)
+    pts, refused = expand(scenario)
     info = rundir.read_run_json() or _initial_info(scenario, pts, argv)
     if resume is not None:
         for note in rundir.repair():  # a run cut short: only whole trials count
@@ -108,7 +108,7 @@ def _run(
     pts = [p for p in pts if only is None or p.point_hash in only]
     progress(f"ftbench: {scenario.name}: {len(pts)} point(s) x {n} trial(s) -> {rundir.path}")
     session = Session(rundir=rundir, info=info, done=rundir.finished(), progress=progress, trials=n, total=len(pts) * n)
-    for name, why in refused(scenario).items():
+    for name, why in refused.items():
         session.skipped[name] = why
         progress(f"  skipped: {name}: {why}")
     session.cluster = cluster

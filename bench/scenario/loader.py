@@ -118,12 +118,11 @@ def points(scenario: Scenario) -> list[Point]:
     return list(_expand(scenario, {}))
 
 
-def refused(scenario: Scenario) -> dict[str, str]:
-    """Label -> reason of each combination of the sweep left out (``sweep.refused``)."""
+def expand(scenario: Scenario) -> tuple[list[Point], dict[str, str]]:
+    """The points, and label -> reason of each combination of the sweep left out
+    (``sweep.refused``), from one pass over the sweep."""
     out: dict[str, str] = {}
-    for _ in _expand(scenario, out):
-        pass
-    return out
+    return list(_expand(scenario, out)), out
 
 
 def _expand(scenario: Scenario, refused: dict[str, str]) -> Iterator[Point]:
