@@ -134,8 +134,9 @@ def _run(
         error = err
     if cluster is not None:
         cluster.close()
-    stats = point_stats(rundir.rows())
-    info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped, wall=wall_summary(rundir.rows()))
+    rows = rundir.rows()  # read once: the statistics and the wall-time medians both need them
+    stats = point_stats(rows)
+    info.update(status=status, finished=_now(), stats=stats, skipped=session.skipped, wall=wall_summary(rows))
     try:
         rundir.write_run_json(info)
     except OSError:
