@@ -34,7 +34,7 @@ def test_torchft_serves_the_transformer_under_hsdp_only(write_scenario, parallel
 
 def test_torchft_hsdp_has_replica_groups_of_the_shard_size(write_scenario) -> None:
     sc = load(write_scenario(BASE.format(parallelism="hsdp", extra="")))
-    assert group_size(sc) == 2
+    assert group_size(sc.workload) == 2
 
 
 def test_torchft_hsdp_refuses_the_native_group(write_scenario) -> None:

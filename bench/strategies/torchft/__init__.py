@@ -17,7 +17,7 @@ from bench.scenario.config import ConfigError, bounded
 from bench.scenario.strategy import STRATEGIES, Package, Strategy
 
 if TYPE_CHECKING:
-    from bench.scenario.model import Scenario
+    from bench.scenario.model import Scenario, WorkloadSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,10 +77,9 @@ class TorchFTParams:
     ``tf_pg``; ``torchft_pg_path`` in run.json's ``strategy_versions``)."""
 
 
-def group_size(scenario: Scenario) -> int:
+def group_size(wl: WorkloadSpec) -> int:
     """Ranks per replica group: ``world_size / replicas`` for the sharded transformer
     under hsdp (the group shards, torchft replicates across groups), else 1."""
-    wl = scenario.workload
     if getattr(wl.params, "parallelism", "ddp") == "hsdp":
         return int(wl.world_size // wl.params.replicas)
     return 1
@@ -99,8 +98,8 @@ def check(scenario: Scenario, file: str) -> None:
     torch of the point can build one is asked where it runs (``TorchFTJob.unavailable``:
     ``launch.env`` may name another torch than the harness's)."""
     params = scenario.recovery.params
-    groups = scenario.workload.world_size // group_size(scenario)
-    if params.process_group == "native" and group_size(scenario) > 1:
+    groups = scenario.workload.world_size // group_size(scenario.workload)
+    if params.process_group == "native" and group_size(scenario.workload) > 1:
         raise ConfigError(
             file,
             "recovery.torchft.process_group",

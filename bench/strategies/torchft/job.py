@@ -73,7 +73,7 @@ class TorchFTJob(SupervisedJob):
         self.store.set(lighthouse.LIGHTHOUSE_KEY, self.lighthouse_addr)
         self.stopped: set[int] = set()
         """ids of the rank processes the job stopped itself."""
-        self.group_size = group_size(self.ctx.scenario)
+        self.group_size = group_size(self.ctx.scenario.workload)
 
     def start_rank(self, rank: int, role: str) -> RankProcess:
         if self.group_size > 1:  # the group's ranks meet under its incarnation

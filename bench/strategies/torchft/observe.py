@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten
 from torchft.checkpointing import HTTPTransport
 
 from bench.procs.events import EventWriter
+from bench.rank.entry import RankSpec
 
 
 def replica_log_path(events_dir: str | Path, rank: int, pid: int) -> str:
@@ -86,3 +87,46 @@ def start_barrier(store: Any, count: int, wait_s: float) -> None:
     if store.add("torchft/ready", 1) == count:
         store.set("torchft/go", "1")
     store.wait(["torchft/go"], datetime.timedelta(seconds=wait_s))
+
+
+def torchft_group(spec: RankSpec) -> Any:
+    """torchft's own reconfigurable process group for the point's backend, with the
+    workload's collective timeout."""
+    pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
+    return pg_class(timeout=datetime.timedelta(seconds=spec.workload.pg_timeout_s))
+
+
+def make_manager(
+    spec: RankSpec,
+    events: EventWriter,
+    *,
+    pg: Any,
+    state: tuple[Any, Any],
+    rank: int,
+    world_size: int,
+    store: tuple[str, int],
+    lighthouse: str,
+    replica_id: str,
+) -> StampingManager:
+    """TorchFT's Manager with the scenario's knobs (``recovery.torchft``) and the timed
+    transport; ``state`` is (state_dict, load_state_dict) of what heals, ``store`` the
+    replica group's store (address, port)."""
+    params = spec.recovery.params
+    td = datetime.timedelta
+    return StampingManager(
+        pg=pg,
+        state_dict=state[0],
+        load_state_dict=state[1],
+        min_replica_size=params.min_replica_size,
+        timeout=td(seconds=params.timeout_s),
+        quorum_timeout=td(seconds=params.quorum_timeout_s),
+        connect_timeout=td(seconds=params.connect_timeout_s),
+        rank=rank,
+        world_size=world_size,
+        store_addr=store[0],
+        store_port=store[1],
+        lighthouse_addr=lighthouse,
+        replica_id=replica_id,
+        checkpoint_transport=TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0),
+        init_sync=params.init_sync,
+    )

@@ -45,7 +45,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torchft
 from torchft.ddp import DistributedDataParallel
 from torchft.optim import OptimizerWrapper
 
@@ -54,13 +53,14 @@ from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
 from bench.rank.entry import RankSpec, device, store_client
 from bench.scenario.registry import load_path
+from bench.strategies.torchft import group_size
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
 from bench.strategies.torchft.loop import train
 from bench.strategies.torchft.observe import (
-    StampingManager,
-    TimedTransport,
+    make_manager,
     replica_log_path,
     start_barrier,
+    torchft_group,
 )
 from bench.strategies.torchft.sharded import sharded_main
 from bench.strategies.torchft.version import (
@@ -75,7 +75,7 @@ from bench.strategies.torchft.version import (
 
 def replica_main(spec: RankSpec, events: EventWriter) -> int:
     """Train until ``workload.steps`` steps are committed; returns the exit code."""
-    if getattr(spec.workload.params, "parallelism", "ddp") == "hsdp":
+    if group_size(spec.workload) > 1:
         return sharded_main(spec, events)
     redirect_output(replica_log_path(spec.events_dir, spec.rank, os.getpid()))
     torch.set_num_threads(1)
@@ -95,28 +95,17 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
     group_store = bound_store(address, timeout_s=spec.wait_s)
     requested = params.process_group
     path, reason = pg_path(requested, None if requested == "torchft" else native_unsupported(spec.backend))
-    if path == "native":
-        pg = native_group(spec, td(seconds=wl.pg_timeout_s))
-    else:
-        pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
-        pg = pg_class(timeout=td(seconds=wl.pg_timeout_s))
-    transport = TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0)
-    manager = StampingManager(
+    pg = native_group(spec, td(seconds=wl.pg_timeout_s)) if path == "native" else torchft_group(spec)
+    manager = make_manager(
+        spec,
+        events,
         pg=pg,
-        load_state_dict=workload.load_state_dict,
-        state_dict=workload.state_dict,
-        min_replica_size=params.min_replica_size,
-        timeout=td(seconds=params.timeout_s),
-        quorum_timeout=td(seconds=params.quorum_timeout_s),
-        connect_timeout=td(seconds=params.connect_timeout_s),
+        state=(workload.state_dict, workload.load_state_dict),
         rank=0,
         world_size=1,
-        store_addr=address,
-        store_port=group_store.port,
-        lighthouse_addr=lighthouse,
+        store=(address, group_store.port),
+        lighthouse=lighthouse,
         replica_id=f"replica_{spec.rank}",
-        checkpoint_transport=transport,
-        init_sync=params.init_sync,
     )
     # What the Manager was handed, read off its own objects (not the knob).
     events.emit("tf_pg", requested=requested, reason=reason, **observe_pg(manager._pg))

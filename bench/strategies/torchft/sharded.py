@@ -39,7 +39,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import torchft
 from torch.distributed.device_mesh import init_device_mesh
 from torchft.optim import OptimizerWrapper
 
@@ -48,15 +47,15 @@ from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
 from bench.rank.entry import RankSpec, device, store_client
 from bench.scenario.registry import load_path
-from bench.strategies.torchft import group_key
+from bench.strategies.torchft import group_key, group_size
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
 from bench.strategies.torchft.loop import GroupLost, train
 from bench.strategies.torchft.observe import (
-    StampingManager,
-    TimedTransport,
     first_line,
+    make_manager,
     replica_log_path,
     start_barrier,
+    torchft_group,
 )
 from bench.strategies.torchft.version import observe_pg, torchft_version
 
@@ -67,7 +66,7 @@ def sharded_main(spec: RankSpec, events: EventWriter) -> int:
     torch.set_num_threads(1)
 
     wl, params = spec.workload, spec.recovery.params
-    size = wl.world_size // wl.params.replicas
+    size = group_size(wl)
     group, group_rank = divmod(spec.rank, size)
     td = datetime.timedelta
     store = store_client(spec)
@@ -93,23 +92,16 @@ def sharded_main(spec: RankSpec, events: EventWriter) -> int:
     workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size, device=dev)
     workload.shard_within(init_device_mesh(dev.type, (size,), mesh_dim_names=("shard",)))
 
-    pg_class = torchft.ProcessGroupNCCL if spec.backend == "nccl" else torchft.ProcessGroupGloo
-    manager = StampingManager(
-        pg=pg_class(timeout=td(seconds=wl.pg_timeout_s)),
-        load_state_dict=workload.load_local_state_dict,
-        state_dict=workload.local_state_dict,
-        min_replica_size=params.min_replica_size,
-        timeout=td(seconds=params.timeout_s),
-        quorum_timeout=td(seconds=params.quorum_timeout_s),
-        connect_timeout=td(seconds=params.connect_timeout_s),
+    manager = make_manager(
+        spec,
+        events,
+        pg=torchft_group(spec),
+        state=(workload.local_state_dict, workload.load_local_state_dict),
         rank=group_rank,
         world_size=size,
-        store_addr=address,
-        store_port=store_port,
-        lighthouse_addr=lighthouse,
+        store=(address, store_port),
+        lighthouse=lighthouse,
         replica_id=f"replica_{group}",
-        checkpoint_transport=TimedTransport(events, timeout=td(seconds=params.timeout_s), num_chunks=0),
-        init_sync=params.init_sync,
     )
     events.emit("tf_pg", requested=params.process_group, reason="hsdp", **observe_pg(manager._pg))
 
