@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_pytest import child_pytest
+
 pytestmark = pytest.mark.integ
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,26 +77,7 @@ def test_pytest_plugin_runs_a_scenario_into_pytest_benchmark(tmp_path: Path) -> 
     scenario.write_text(KILL.format())
     (tmp_path / "test_user.py").write_text(USER_TEST.format(scenario=str(scenario)))
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            "--rootdir",
-            str(tmp_path),
-            "test_user.py",
-            f"--benchmark-json={out}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
+    proc = child_pytest(tmp_path, "test_user.py", f"--benchmark-json={out}", timeout_s=200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (bench,) = json.loads(out.read_text())["benchmarks"]
     assert bench["stats"]["rounds"] == 2 and bench["extra_info"]["outcomes"] == {"recovered": 2}

@@ -15,6 +15,7 @@ from bench.cli import cli
 from bench.results import export
 from bench.results.reader import load
 from bench.results.stats import median
+from tests.child_pytest import child_pytest
 from tests.unit.runfactory import trial, write_run
 
 TTD = [0.010, 0.012, 0.011, 0.015, 0.013, 0.030, 0.014]
@@ -151,35 +152,12 @@ def test_needs_a_point(ftbench_scenario):
 """
 
 
-def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A separate pytest session that loads the plugin through its pytest11 entry point."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            "--rootdir",
-            str(tmp_path),
-            *args,
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_pytest_plugin_stores_figures_in_pytest_benchmark(tmp_path: Path) -> None:
     pytest.importorskip("pytest_benchmark")
     run = sweep_run(tmp_path / "runs")
     (tmp_path / "test_user.py").write_text(PLUGIN_TEST.format(run=str(run)))
     out = tmp_path / "bench.json"
-    proc = _pytest(tmp_path, "test_user.py", f"--benchmark-json={out}")
+    proc = child_pytest(tmp_path, "test_user.py", f"--benchmark-json={out}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (b,) = [b for b in json.loads(out.read_text())["benchmarks"] if b["name"] == "test_recorded"]
     assert b["stats"]["rounds"] == 7 and b["stats"]["median"] == pytest.approx(median(TTR))
@@ -187,6 +165,6 @@ def test_pytest_plugin_stores_figures_in_pytest_benchmark(tmp_path: Path) -> Non
     assert b["extra_info"]["median_ttd_s"] == pytest.approx(median(TTD))
     # disabled benchmarks: the figures are still returned, nothing is stored
     out2 = tmp_path / "off.json"
-    proc = _pytest(tmp_path, "test_user.py", "--benchmark-disable", f"--benchmark-json={out2}")
+    proc = child_pytest(tmp_path, "test_user.py", "--benchmark-disable", f"--benchmark-json={out2}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not out2.exists() or not json.loads(out2.read_text())["benchmarks"]
