@@ -43,6 +43,9 @@ class ProcessHost:
         # multiprocessing's resource tracker serves the harness process for its whole life
         # (it exits with it): started before the marker, it is not one of the run's.
         multiprocessing.resource_tracker.ensure_running()
+        # A host made inside another's life (a CLI run or calibration inside a test
+        # session) marks its own processes and hands the outer run its marker back.
+        self._outer_marker = os.environ.get(MARKER)
         os.environ[MARKER] = self.run_id
         undo.claim(self.run_id, os.getpid())  # the run is live while this process is
         self.guard = subprocess.Popen(
@@ -77,7 +80,10 @@ class ProcessHost:
             self.guard.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.guard.kill()
-        os.environ.pop(MARKER, None)
+        if self._outer_marker is None:
+            os.environ.pop(MARKER, None)
+        else:
+            os.environ[MARKER] = self._outer_marker
 
     def __enter__(self) -> ProcessHost:
         return self

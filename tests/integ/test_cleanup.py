@@ -178,3 +178,24 @@ def test_sweep_catches_children_forked_while_it_sweeps() -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_host_made_inside_another_hands_the_outer_run_its_marker_back() -> None:
+    """A CLI run or a calibration inside a test session makes a second host in the same
+    process: once it is closed, what the outer run starts must still carry the outer
+    run's marker, or neither its guard nor its sweeps would ever see it."""
+    from bench.procs.hygiene import MARKER, marked_pids
+    from bench.procs.launcher import ProcessHost
+
+    with ProcessHost() as outer:
+        with ProcessHost() as inner:
+            assert os.environ[MARKER] == inner.run_id
+        assert os.environ[MARKER] == outer.run_id
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert child.pid in marked_pids(outer.run_id)
+        finally:
+            child.kill()
+            child.wait()
+    assert MARKER not in os.environ
