@@ -11,6 +11,7 @@ answers with a :class:`Position` to go on from, or an exit code to end the rank 
 from __future__ import annotations
 
 import datetime
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import torch.distributed as dist
 
 from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, Collectives, Hook
-from bench.rank.entry import RankSpec
+from bench.rank.entry import RankSpec, store_client
 from bench.rank.workload import Workload
 
 
@@ -85,6 +86,8 @@ class RankPolicy(ABC):
         ``store=``/``init_method=`` and any other argument), then ``pg_ready``: the
         boundary every strategy's figures read the same way."""
         spec = self.spec
+        if gen == 0 and spec.store_port:
+            self.await_first_world(size)
         dist.init_process_group(
             spec.backend,
             rank=rank,
@@ -95,3 +98,20 @@ class RankPolicy(ABC):
         self.events.emit(
             "pg_ready", gen=gen, world_size=size, backend=spec.backend, pg_timeout_s=spec.workload.pg_timeout_s
         )
+
+    def await_first_world(self, size: int) -> None:
+        """Wait until ``size`` ranks have reached the first rendezvous (or the trial's
+        deadline), before the one timed by ``pg_timeout_s``.
+
+        Scaffolding, not a figure: a job's launcher brings its workers up together, but
+        ranks that import torch on shared cores, or on a host whose agent started them
+        later, can arrive seconds apart, and a rendezvous that waits only the short
+        timeout a scenario sets to measure detection would fail before the first step.
+        The bare loop that calibrates ftbench waits the same way. Only ranks that
+        ftbench's launcher started wait here (they have its store): a stack with a
+        launcher of its own (torchrun's agent, NVRx's) brings its workers up its way."""
+        store = store_client(self.spec)
+        store.add("first_world", 1)
+        deadline = time.monotonic() + self.spec.wait_s
+        while store.add("first_world", 0) < size and time.monotonic() < deadline:
+            time.sleep(0.005)
