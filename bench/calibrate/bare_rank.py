@@ -8,7 +8,8 @@ the way a user writes it: blocking collectives, ``loss.backward()``, ``opt.step(
 It writes three JSON lines to OUT and nothing else: ``ready`` once warmed up (with the
 median step time, so the harness can aim an injection at a random moment of a step),
 ``raised`` at the moment a collective raises (``time.monotonic_ns()`` in the except
-clause, the first thing it does), and ``done`` with its step times if training ends.
+clause, the first thing it does), and ``done`` with its step times and the CPU time its
+steps took (``cpu_s``, every thread of the process) if training ends.
 
     python bare_rank.py --out OUT --store HOST:PORT --rank R --world-size N \
         --workload ddp|allreduce --steps S --warmup W --timeout-s T [--backend gloo]
@@ -108,6 +109,7 @@ def main() -> int:
         else _ddp(a.rank, a.world_size, a.seed, 32)
     )
     times: list[float] = []
+    cpu = time.process_time()  # as ftbench's ranks stamp train_start and train_end
     for i in range(1, a.steps + 1):
         start = time.perf_counter()
         try:
@@ -119,7 +121,7 @@ def main() -> int:
         times.append(time.perf_counter() - start)
         if i == a.warmup:
             _line(a.out, event="ready", t=time.monotonic_ns(), rank=a.rank, step_s=statistics.median(times[5:]))
-    _line(a.out, event="done", t=time.monotonic_ns(), rank=a.rank, step_s=times)
+    _line(a.out, event="done", t=time.monotonic_ns(), rank=a.rank, step_s=times, cpu_s=time.process_time() - cpu)
     os._exit(0)
 
 

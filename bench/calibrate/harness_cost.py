@@ -3,15 +3,24 @@
 One *round* runs the same fault-free workload three ways, back to back in a rotating
 order: the bare loop, ftbench's stock path (nothing of ftbench in the collectives) and
 ftbench with the thin fault interposer in the collective path (``launch.interposer =
-"always"``: what a rank-side fault costs before it fires). Each run is reduced to the
-median step time over every rank's steps after the warm-up.
-``tests/bench/test_harness_cost.py`` records the rounds with pytest-benchmark (``make
-bench``) and reports the ratios of the medians of the medians.
+"always"``: what a rank-side fault costs before it fires). Each run is reduced to two
+figures: the median step time over every rank's steps after the warm-up, and the CPU
+time the ranks spent per step (every thread of every rank, over all their steps).
+
+The ratios are paired: each round's ftbench run over the same round's bare run, so
+that the machine's load, which drifts from minute to minute on shared cores, cancels;
+the figure is the median of the rounds' ratios with a bootstrap 95 % interval. Wall
+time carries the harness's own process (it shares the cores with the ranks) and the
+scheduling noise of four ranks on two cores; CPU time per step carries what ftbench
+adds inside a rank (event writes, hooks, its collectives' wrapper) and resolves it to a
+fraction of a percent. ``tests/bench/test_harness_cost.py`` records the rounds with
+pytest-benchmark (``make bench``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import tempfile
@@ -22,6 +31,7 @@ from bench.calibrate.bare import READY_TIMEOUT_S, start_bare
 from bench.procs.hygiene import kill_all
 from bench.procs.launcher import ProcessHost
 from bench.procs.store import bound_store
+from bench.results import stats
 from bench.results.writer import RunDir
 from bench.run.runner import context
 from bench.run.trial import run_trial
@@ -31,17 +41,47 @@ STEPS_LEFT_OUT = 20
 """Leading steps of every rank left out of the medians, on both paths."""
 
 
+PATHS = ("bare", "ftbench", "interposed")
+
+
 @dataclass(frozen=True, slots=True)
-class Round:
-    bare_s: float
-    ftbench_s: float
-    interposed_s: float
+class Measured:
+    """One fault-free run of one path."""
+
+    step_s: float
+    """Median step time over every rank's steps after the warm-up."""
+    cpu_step_s: float
+    """CPU time of all ranks (every thread) per step, over all their steps."""
+    harness_cpu_share: float = math.nan
+    """ftbench's harness process: its CPU time over the trial's wall time (its start,
+    its driver loop and its teardown; NaN for the bare loop, which has none)."""
 
 
-def ftbench_step_s(
+Round = dict[str, Measured]
+"""A round: each path's run, by path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    """A path against the bare loop: the median of the rounds' paired ratios."""
+
+    ratio: float
+    low: float
+    high: float
+    """The bootstrap 95 % interval of that median."""
+
+
+def paired(found: list[Round], path: str, figure: str) -> Ratio:
+    """``path`` over the bare loop for ``figure`` (``step_s`` or ``cpu_step_s``)."""
+    ratios = [getattr(r[path], figure) / getattr(r["bare"], figure) for r in found]
+    ci = stats.bootstrap_median_ci(ratios)
+    return Ratio(stats.median(ratios), ci.low, ci.high)
+
+
+def ftbench_run(
     workload: str, *, steps: int, world_size: int, host: ProcessHost, out: Path, trial: int, interposer: str = "auto"
-) -> float:
-    """Median step time of a fault-free fail-stop trial (plain torch.distributed)."""
+) -> Measured:
+    """A fault-free fail-stop trial (plain torch.distributed)."""
     raw = {
         "name": f"harness-cost-{workload}",
         "recovery": {"strategy": "failstop"},
@@ -60,11 +100,16 @@ def ftbench_step_s(
     result = run_trial(context(point, trial, host, rundir, "gloo", fault_free=False))
     if result.outcome != "ended" or not result.facts.completed:
         raise RuntimeError(f"the ftbench run of {workload} did not complete ({result.outcome})")
-    return result.facts.ff_step_s
+    ranks = [e for e in result.events if e.get("src") == "rank" and e["event"] in ("train_start", "train_end")]
+    cpu = sum(float(e["cpu_s"]) * (1 if e["event"] == "train_end" else -1) for e in ranks)
+    trial_span = [e for e in result.events if e.get("src") == "harness" and e["event"] in ("trial_start", "trial_end")]
+    first, last = trial_span[0], trial_span[-1]
+    harness = (float(last["cpu_s"]) - float(first["cpu_s"])) / ((last["t"] - first["t"]) / 1e9)
+    return Measured(step_s=result.facts.ff_step_s, cpu_step_s=cpu / steps, harness_cpu_share=harness)
 
 
-def bare_step_s(workload: str, *, steps: int, world_size: int, out: Path) -> float:
-    """Median step time of the bare loop, every rank's steps after the warm-up."""
+def bare_run(workload: str, *, steps: int, world_size: int, out: Path) -> Measured:
+    """The bare loop's run."""
     out.mkdir(parents=True, exist_ok=True)
     lines = out / "bare.jsonl"
     store = bound_store("127.0.0.1", timeout_s=READY_TIMEOUT_S)
@@ -95,7 +140,10 @@ def bare_step_s(workload: str, *, steps: int, world_size: int, out: Path) -> flo
     done = [json.loads(line) for line in lines.read_text().splitlines() if '"done"' in line]
     if len(done) != world_size:
         raise RuntimeError(f"the bare run of {workload} did not complete ({len(done)} of {world_size} ranks)")
-    return statistics.median(float(s) for d in done for s in d["step_s"][STEPS_LEFT_OUT:])
+    return Measured(
+        step_s=statistics.median(float(s) for d in done for s in d["step_s"][STEPS_LEFT_OUT:]),
+        cpu_step_s=sum(float(d["cpu_s"]) for d in done) / steps,
+    )
 
 
 def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4) -> list[Round]:
@@ -103,10 +151,10 @@ def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4)
     found = []
     with tempfile.TemporaryDirectory(prefix="ftbench-cost-") as tmp, ProcessHost() as host:
 
-        def run(path: str, i: int) -> float:
+        def run(path: str, i: int) -> Measured:
             if path == "bare":
-                return bare_step_s(workload, steps=steps, world_size=world_size, out=Path(tmp) / f"bare-{i}")
-            return ftbench_step_s(
+                return bare_run(workload, steps=steps, world_size=world_size, out=Path(tmp) / f"bare-{i}")
+            return ftbench_run(
                 workload,
                 steps=steps,
                 world_size=world_size,
@@ -116,8 +164,7 @@ def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4)
                 interposer="always" if path == "interposed" else "auto",
             )
 
-        paths = ["bare", "ftbench", "interposed"]
         for i in range(count):
-            got = {path: run(path, i) for path in paths[i % 3 :] + paths[: i % 3]}
-            found.append(Round(bare_s=got["bare"], ftbench_s=got["ftbench"], interposed_s=got["interposed"]))
+            order = PATHS[i % 3 :] + PATHS[: i % 3]
+            found.append({path: run(path, i) for path in order})
     return found

@@ -41,8 +41,15 @@ def train(spec: RankSpec, events: EventWriter) -> int:
     pos = policy.start(workload)
     if pos is None:
         return 0
+    # cpu_s at train_start and train_end: the rank's CPU time (every thread), which
+    # resolves ftbench's cost per step where wall time on shared cores cannot.
     events.emit(
-        "train_start", gen=pos.world.gen, world_size=pos.world.size, step=pos.step, interposer=pos.comm.interposer
+        "train_start",
+        gen=pos.world.gen,
+        world_size=pos.world.size,
+        step=pos.step,
+        interposer=pos.comm.interposer,
+        cpu_s=time.process_time(),
     )
     while pos.step <= wl.steps:
         started = time.perf_counter()
@@ -84,6 +91,12 @@ def train(spec: RankSpec, events: EventWriter) -> int:
         {"cuda_peak_bytes": torch.cuda.max_memory_allocated(workload.device)} if workload.device.type == "cuda" else {}
     )
     events.emit(
-        "train_end", step=pos.committed, gen=pos.world.gen, world_size=pos.world.size, **workload.checksum(), **cuda
+        "train_end",
+        step=pos.committed,
+        gen=pos.world.gen,
+        world_size=pos.world.size,
+        cpu_s=time.process_time(),
+        **workload.checksum(),
+        **cuda,
     )
     return 0

@@ -81,6 +81,7 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
         deadline_s=ctx.deadline_s,
         tolerance_s=tolerance_s,
         tolerance_key=tolerance_key,
+        cpu_s=time.process_time(),  # the harness's own CPU time, as trial_end's
         **machine.describe(),
     )
     outcome = "interrupted"
@@ -116,7 +117,7 @@ def run_trial(ctx: TrialContext, *, reference: TrialFacts | None = None) -> Tria
             # t_kill: the kill's moment on CLOCK_MONOTONIC (the kernel's clock differs by ms)
             at = {} if offset is None else {"t_kill": stamp + offset}
             harness.emit("oom_kill", rank=rank, pid=pid, t_kernel=stamp, message=message, **at)
-        harness.emit("trial_end", outcome=outcome)
+        harness.emit("trial_end", outcome=outcome, cpu_s=time.process_time())
         harness.close()
     return _result(ctx, job, outcome, start, reference)
 
