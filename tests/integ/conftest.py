@@ -52,3 +52,11 @@ def describe(pids: set[int]) -> list[str]:
 
 def rows(report: RunReport) -> list[dict[str, Any]]:
     return [r for r in report.rundir.rows() if not r["reference"]]
+
+
+def at_timeout(ttd_s: float, timeout_s: float) -> bool:
+    """Whether a detection came at a process-group timeout of ``timeout_s``: not before
+    it by more than a step (the peers' timeout runs from when they entered the
+    collective that never completes, which can be up to a step before the harness
+    stamped the injection: tens of milliseconds on loaded cores), nor a second after."""
+    return timeout_s - 0.2 <= ttd_s < timeout_s + 1.0

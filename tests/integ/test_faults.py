@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integ.conftest import rows
+from tests.integ.conftest import at_timeout, rows
 
 pytestmark = pytest.mark.integ
 
@@ -104,7 +104,7 @@ trigger = { at_step = 30 }
 """)
         )
     )
-    assert 5.0 <= r["ttd_s"] < 6.0, r
+    assert at_timeout(r["ttd_s"], 5.0), r
     assert r["outcome"] == "recovered"
 
 
