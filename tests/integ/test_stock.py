@@ -65,7 +65,9 @@ def test_the_interposer_is_there_only_when_needed(run_scenario, workload, extra,
     assert kill["detect_site"] == ("backward" if workload == "ddp" else "all_reduce")
     # Plain torch.distributed has no agent: the first detection is a surviving rank's.
     assert kill["detect_how"] in ("peer_closed", "peer_reset") and kill["ttd_s"] == kill["ttd_rank_s"]
-    assert 0 <= kill["inject_phase"] < 3, "the kill lands within a step or two of the victim's last one"
+    # The harness fires at its next tick after it reads the trigger step; on two loaded
+    # cores that tick can come a few steps of 10 ms late (3.2 measured), never tens.
+    assert 0 <= kill["inject_phase"] < 10, "the kill lands within a few steps of the victim's last one"
     events = "".join(p.read_text() for p in (report.rundir.path / "events").rglob("supervisor.jsonl"))
     assert '"detect"' not in events, "fail-stop's supervisor observes exits, it does not detect"
 
