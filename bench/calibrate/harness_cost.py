@@ -10,11 +10,13 @@ time the ranks spent per step (every thread of every rank, over all their steps)
 The ratios are paired: each round's ftbench run over the same round's bare run, so
 that the machine's load, which drifts from minute to minute on shared cores, cancels;
 the figure is the median of the rounds' ratios with a bootstrap 95 % interval. Wall
-time carries the harness's own process (it shares the cores with the ranks) and the
-scheduling noise of four ranks on two cores; CPU time per step carries what ftbench
-adds inside a rank (event writes, hooks, its collectives' wrapper) and resolves it to a
-fraction of a percent. ``tests/bench/test_harness_cost.py`` records the rounds with
-pytest-benchmark (``make bench``).
+time carries the harness's own process (it shares the cores with the ranks); CPU time
+per step leaves it out and carries only what ftbench adds inside a rank (event writes,
+hooks, its collectives' wrapper). Both spread about as much from round to round on
+shared cores (four ranks on two cores spend CPU on the contention itself), so neither
+is resolved beyond what the rounds allow (docs/calibration.md has the widths).
+``tests/bench/test_harness_cost.py`` records the rounds with pytest-benchmark (``make
+bench``).
 """
 
 from __future__ import annotations
