@@ -50,12 +50,12 @@ def cleanup() -> list[str]:
         report = undo.undo_all(run)
         removed += report.reverted + [f"nothing: {problem}" for problem in report.problems]
         undo.release(run)
-    return removed + _namespaces()
+    return removed + _namespaces(active)
 
 
-def _namespaces() -> list[str]:
+def _namespaces(active: set[str]) -> list[str]:
     from injectors.link import system, teardown
 
     if system.available() is not None:
         return []
-    return teardown.cleanup_all()  # every run that is not live, and dead probes
+    return teardown.cleanup_all(live=active)  # every run that is not live, and dead probes

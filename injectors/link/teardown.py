@@ -13,17 +13,22 @@ import shlex
 import shutil
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from injectors.link import nfqueue
 from injectors.link.system import PREFIX, namespaces, sh, tag_for
 from injectors.undo import live_runs
 
 
-def cleanup_all(tag: str | None = None) -> list[str]:
+def cleanup_all(tag: str | None = None, *, live: Iterable[str] = ()) -> list[str]:
     """Remove every leftover of ftbench's network namespaces: of one tag, or of every
-    run that is not live (its harness is gone: :func:`injectors.undo.live_runs`), and
-    the probe namespaces of processes that died while probing.
+    run that is not live, and the probe namespaces of processes that died while probing.
+
+    A run is live while its harness is, by the claim in the state directory
+    (:func:`injectors.undo.live_runs`) or by what the caller knows (``live``: run ids).
+    The caller's word matters where harnesses keep their claims in different state
+    directories (``FTBENCH_STATE_DIR``): from one of them, another's live trials would
+    look dead, and their namespaces, with the ranks inside, would be removed.
 
     Queue daemons and other processes inside the namespaces, the namespaces, root links
     named ftb<tag>*, iptables rules commented ftb* and chains named ftb* in the root
@@ -31,12 +36,12 @@ def cleanup_all(tag: str | None = None) -> list[str]:
     it. Returns what was removed.
     """
     if tag is None:
-        live = {tag_for(run) for run in live_runs()}
-        tags = {m[1] for n in namespaces() if (m := _TAGGED.fullmatch(n))} - live
+        live_tags = {tag_for(run) for run in live_runs() | set(live)}
+        tags = {m[1] for n in namespaces() if (m := _TAGGED.fullmatch(n))} - live_tags
         removed = _dead_probes()
         for t in sorted(tags):
             removed += cleanup_all(t)
-        return removed + ([] if live else _clean_root_firewall(lambda _text: True))
+        return removed + ([] if live_tags else _clean_root_firewall(lambda _text: True))
     ns_re, link_re = re.compile(rf"{PREFIX}-{tag}-(hub|h\d+|p)"), re.compile(rf"{PREFIX}{tag}(br|h\d+|rp?)")
     ours = [n for n in namespaces() if ns_re.fullmatch(n)]
     removed = [f"queue daemon {pid}" for pid in nfqueue.stop_daemons(namespaces=ours)]

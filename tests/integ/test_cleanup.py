@@ -200,3 +200,31 @@ def test_a_host_made_inside_another_hands_the_outer_run_its_marker_back() -> Non
             child.kill()
             child.wait()
     assert os.environ.get(MARKER) == before
+
+
+@pytest.mark.root
+@pytest.mark.timeout(60)
+def test_cleanup_from_another_state_directory_leaves_a_live_runs_network_alone(tmp_path: Path) -> None:
+    """``ftbench cleanup`` whose claims live elsewhere (``FTBENCH_STATE_DIR``) must still
+    see, by its guard, that a run is live: it once removed the private network a live
+    torchrun trial ran in, killing the agent and its workers mid-trial."""
+    from bench.procs.launcher import ProcessHost
+    from injectors.link import netns, system
+
+    reason = system.available()
+    if reason:
+        pytest.skip(f"network namespaces: {reason}")
+    with ProcessHost() as host:
+        net = netns.PrivateNet.create(system.tag_for(host.run_id))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "bench", "cleanup"],
+                capture_output=True,
+                text=True,
+                timeout=50,
+                env=dict(os.environ, FTBENCH_STATE_DIR=str(tmp_path / "state")),
+            )
+            assert done.returncode == 0, done.stderr
+            assert net.namespace in system.namespaces(), f"a live run's network was removed: {done.stdout}"
+        finally:
+            net.destroy()
