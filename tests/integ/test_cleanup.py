@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs.hygiene import alive, marked
+from bench.procs.hygiene import alive, marked_pids
 
 pytestmark = pytest.mark.integ
 
@@ -45,12 +45,28 @@ def network_leftovers() -> list[str]:
     return found
 
 
+def run_of(harness: subprocess.Popen[bytes] | subprocess.Popen[str]) -> str | None:
+    """The run id of a CLI harness, read from its guard's command line: the test then
+    watches that run's processes only, not whatever else runs on the machine."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bench.procs.guard" in argv:
+            i = argv.index(b"bench.procs.guard")
+            if len(argv) > i + 2 and argv[i + 2] == str(harness.pid).encode():
+                return argv[i + 1].decode()
+    return None
+
+
 @pytest.mark.timeout(120)
 def test_sigkill_of_the_harness_mid_trial_leaves_nothing(tmp_path: Path, write_scenario) -> None:
     kill_harness_mid_fault(tmp_path, write_scenario(LONG))
 
 
 @pytest.mark.root
+@pytest.mark.alone  # every ftb namespace, link and rule on the machine must be gone
 @pytest.mark.timeout(120)
 def test_sigkill_of_the_harness_during_a_partition_leaves_no_network_state(tmp_path: Path, write_scenario) -> None:
     from injectors.link import system
@@ -67,7 +83,6 @@ def test_sigkill_of_the_harness_during_a_partition_leaves_no_network_state(tmp_p
 
 def kill_harness_mid_fault(tmp_path: Path, scenario: Path) -> None:
     """Start a run, SIGKILL its harness while the fault is active, expect no process left."""
-    before = set(marked())
     harness = subprocess.Popen(
         [sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path)],
         stdout=subprocess.DEVNULL,
@@ -75,16 +90,16 @@ def kill_harness_mid_fault(tmp_path: Path, scenario: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 60
-        run_pids: set[int] = set()
         while time.monotonic() < deadline:
-            run_pids = {p for p in marked() if p not in before}
             stalled = list(tmp_path.rglob("harness.jsonl"))
             if stalled and '"inject"' in stalled[0].read_text():
                 break  # ranks running, one of them stopped by SIGSTOP: the worst moment to die
             time.sleep(0.2)
         else:
             pytest.fail("the trial did not reach its injection in time")
-        run_pids = {p for p in marked() if p not in before}
+        run = run_of(harness)
+        assert run is not None, "the harness should have a guard"
+        run_pids = set(marked_pids(run))
         assert len(run_pids) >= 6, "expected guard, forkserver, store and four ranks"
         if "partition" in scenario.read_text():
             assert network_leftovers(), "the partition should be in place while the harness dies"
@@ -121,7 +136,6 @@ deadline_s = 60
 @pytest.mark.timeout(150)
 def test_interrupt_keeps_finished_trials_and_resume_completes_the_run(tmp_path: Path, write_scenario) -> None:
     scenario = write_scenario(SHORT)
-    before = set(marked())
     harness = subprocess.Popen(
         [sys.executable, "-m", "bench", "run", str(scenario), "--out", str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -130,9 +144,12 @@ def test_interrupt_keeps_finished_trials_and_resume_completes_the_run(tmp_path: 
     )
     deadline = time.monotonic() + 90
     rows: list[Path] = []
+    run = None
     while time.monotonic() < deadline and not rows:
+        run = run or run_of(harness)
         rows = [p for p in tmp_path.rglob("trials.jsonl") if p.read_text().count("\n") >= 2]
         time.sleep(0.1)
+    assert run is not None, "the harness should have a guard"
     assert rows, "two trials should have finished"
     harness.send_signal(signal.SIGINT)
     _, err = harness.communicate(timeout=60)
@@ -142,7 +159,7 @@ def test_interrupt_keeps_finished_trials_and_resume_completes_the_run(tmp_path: 
     kept = run_dir.joinpath("trials.jsonl").read_text().count("\n")
     assert 2 <= kept < 6
     assert '"status": "interrupted"' in run_dir.joinpath("run.json").read_text()
-    assert not [p for p in marked() if p not in before and alive(p)], "an interrupted run leaves no process"
+    assert not marked_pids(run), "an interrupted run leaves no process"
 
     done = subprocess.run(
         [sys.executable, "-m", "bench", "run", "--resume", str(run_dir)], capture_output=True, text=True, timeout=120
