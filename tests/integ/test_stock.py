@@ -30,8 +30,12 @@ kind = "kill"
 target = {{ ranks = [1] }}
 trigger = {{ at_step = 20, jitter = "step" }}
 {extra}
+# Ranks forked from the forkserver: this test is about what sits in the collective path, not about how ranks
+# start (fresh interpreters, the default, are tested by test_calibrate_from_the_cli
+# and test_cleanup.py), and four interpreters importing torch cost ~10 CPU-seconds.
 [launch]
 interposer = "{interposer}"
+start_method = "forkserver"
 [recovery]
 strategy = "failstop"
 [measure]
@@ -80,6 +84,11 @@ world_size = 3
 steps = 30
 [measure]
 trials = 1
+# Ranks forked from the forkserver: this test is about the gradients two stacks compute, not about how ranks
+# start (fresh interpreters, the default, are tested by test_calibrate_from_the_cli
+# and test_cleanup.py), and four interpreters importing torch cost ~10 CPU-seconds.
+[launch]
+start_method = "forkserver"
 [sweep]
 "recovery.strategy" = ["failstop", "reinit"]
 """

@@ -30,6 +30,11 @@ strategy = "{strategy}"
 [measure]
 trials = 2
 deadline_s = 60
+# Ranks forked from the forkserver: this test is about detection and recovery, not about how ranks
+# start (fresh interpreters, the default, are tested by test_calibrate_from_the_cli
+# and test_cleanup.py), and four interpreters importing torch cost ~10 CPU-seconds.
+[launch]
+start_method = "forkserver"
 """
 
 STALL = """
