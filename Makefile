@@ -5,9 +5,13 @@ run:
 	@tools/bootstrap.sh
 	.venv/bin/ftbench run kill-one-rank
 
+# Two workers (most integration tests wait on timeouts and restarts), then the tests that
+# read or change machine-wide state one at a time (marker `alone`; docs/development.md).
 test:
 	@tools/bootstrap.sh --test
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n 2 --dist worksteal -m "not slow and not alone"; parallel=$$?; \
+	.venv/bin/python -m pytest -m "alone and not slow"; alone=$$?; \
+	exit $$(( parallel || alone ))
 
 # Every test, the slow ones too (about 25 minutes on 2 cores; installs Slurm as root, and
 # builds the torch 2.15.0 environment the torch-reconfigure tests run in: ~90 s, 5.3 GB, once).

@@ -37,7 +37,7 @@ from injectors.base import Target
 from injectors.link import faults as link
 from injectors.link import netns, netprobe, nfqueue, system, teardown
 
-pytestmark = [pytest.mark.integ, pytest.mark.root]
+pytestmark = [pytest.mark.integ, pytest.mark.root, pytest.mark.alone]
 RUN = f"linktest-{uuid.uuid4().hex[:8]}"
 ROOT = Path(__file__).resolve().parents[2]
 

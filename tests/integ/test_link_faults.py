@@ -15,7 +15,7 @@ import pytest
 from bench.procs.events import read_events
 from tests.integ.conftest import at_timeout, rows
 
-pytestmark = [pytest.mark.integ, pytest.mark.root]
+pytestmark = [pytest.mark.integ, pytest.mark.root, pytest.mark.alone]
 
 BASE = """
 name = "link"
