@@ -48,14 +48,13 @@ def test_restart_recovers_from_the_last_finished_save(run_scenario, design: str)
     assert abs(r["loss_delta"]) < 1e-4, "a restored world learns what the fault-free reference learns"
     assert r["restore_s"] > 0 and r["restore_bytes"] > 0
     events = read_events(next((report.rundir.path / "events").glob("*/0")))
-    inject = next(e["t"] for e in events if e["event"] == "inject")
-    finished = {
-        e["step"]
-        for e in events
-        if e["event"] == ("checkpoint_done" if design == "dcp-async" else "checkpoint") and e["t"] < inject
-    }
+    restart = min(e["t"] for e in events if e["event"] == "restore_start")
+    done = "checkpoint_done" if design == "dcp-async" else "checkpoint"
+    finished = {e["step"] for e in events if e["event"] == done and e["t"] < restart}
     restored = {e["step"] for e in events if e["event"] == "restore_end"}
-    assert restored == {max(finished)}, "every restarted rank loads the last save finished before the kill"
+    # An asynchronous save whose files were written before the kill may be finalised by
+    # the survivors' background half just after it (on loaded cores): it is finished too.
+    assert restored == {max(finished)}, "every restarted rank loads the newest save finished before the restart"
     assert r["checkpoint_blocked_s"] > 0 and r["checkpoint_bytes"] > 0
     if design == "dcp-async":
         assert r["checkpoint_background_s"] > 0
