@@ -6,6 +6,7 @@ whole ``ftbench run``; every test checks that its trials left no process behind.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,3 +61,18 @@ def at_timeout(ttd_s: float, timeout_s: float) -> bool:
     collective that never completes, which can be up to a step before the harness
     stamped the injection: tens of milliseconds on loaded cores), nor a second after."""
     return timeout_s - 0.2 <= ttd_s < timeout_s + 1.0
+
+
+def run_of(harness: subprocess.Popen[bytes] | subprocess.Popen[str]) -> str | None:
+    """The run id of a CLI harness, read from its guard's command line: the test then
+    watches that run's processes only, not whatever else runs on the machine."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bench.procs.guard" in argv:
+            i = argv.index(b"bench.procs.guard")
+            if len(argv) > i + 2 and argv[i + 2] == str(harness.pid).encode():
+                return argv[i + 1].decode()
+    return None

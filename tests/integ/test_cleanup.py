@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.procs.hygiene import alive, marked_pids
+from tests.integ.conftest import run_of
 
 pytestmark = pytest.mark.integ
 
@@ -43,21 +44,6 @@ def network_leftovers() -> list[str]:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
         found += [f"{argv[0]}: {line.strip()}" for line in out.splitlines() if "ftb" in line]
     return found
-
-
-def run_of(harness: subprocess.Popen[bytes] | subprocess.Popen[str]) -> str | None:
-    """The run id of a CLI harness, read from its guard's command line: the test then
-    watches that run's processes only, not whatever else runs on the machine."""
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"bench.procs.guard" in argv:
-            i = argv.index(b"bench.procs.guard")
-            if len(argv) > i + 2 and argv[i + 2] == str(harness.pid).encode():
-                return argv[i + 1].decode()
-    return None
 
 
 @pytest.mark.timeout(120)

@@ -21,10 +21,10 @@ from bench.hosts.auth import Sealer
 from bench.hosts.clock import Offset, Responder
 from bench.hosts.launcher import AgentLauncher
 from bench.procs.events import read_events
-from bench.procs.hygiene import alive, marked
+from bench.procs.hygiene import alive, marked_pids
 from bench.procs.launcher import ProcessHost
 from bench.procs.store import bound_store
-from tests.integ.conftest import rows
+from tests.integ.conftest import rows, run_of
 
 pytestmark = pytest.mark.integ
 
@@ -196,7 +196,6 @@ def test_killed_harness_leaves_no_agent_rank_or_namespace(tmp_path: Path, write_
     network namespaces; after Ctrl-C the harness does it itself."""
     _need_time_namespaces()
     assert "stall" in STALLED
-    before = set(marked())
     harness = subprocess.Popen(
         [sys.executable, "-m", "bench", "run", str(write_scenario(STALLED)), "--out", str(tmp_path)],
         stdout=subprocess.DEVNULL,
@@ -211,7 +210,9 @@ def test_killed_harness_leaves_no_agent_rank_or_namespace(tmp_path: Path, write_
             time.sleep(0.2)
         else:
             pytest.fail("host h1's agent did not carry out the stall in time")
-        run_pids = {p for p in marked() if p not in before}
+        run = run_of(harness)
+        assert run is not None, "the harness should have a guard"
+        run_pids = set(marked_pids(run))
         assert len(run_pids) >= 6, "expected guard, store, two agents and two ranks"
         # This run's namespaces: those of the topology host h1's agent lives in (other
         # runs on this machine may make and remove namespaces of their own meanwhile).
