@@ -114,6 +114,9 @@ trigger = { at_step = 20 }
 [measure]
 trials = 3
 deadline_s = 60
+# Forked ranks: this test is about what an interrupted run keeps, not how ranks start.
+[launch]
+start_method = "forkserver"
 [sweep]
 "recovery.strategy" = ["failstop", "reinit"]
 """
