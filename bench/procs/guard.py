@@ -13,9 +13,31 @@ harness, so it starts in tens of milliseconds.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from bench.procs.hygiene import sweep
 from injectors.undo import release, undo_all
+
+MODULE = "bench.procs.guard"
+
+
+def running() -> dict[str, int]:
+    """run id -> harness pid of every guard on this machine, read from the guards'
+    command lines (``python -m bench.procs.guard RUN_ID HARNESS_PID``): how a run is
+    known to be live, and which run a harness process owns, without its state directory."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if MODULE.encode() in argv:
+            i = argv.index(MODULE.encode())
+            if len(argv) > i + 2 and argv[i + 2].isdigit():
+                found[argv[i + 1].decode()] = int(argv[i + 2])
+    return found
 
 
 def main(argv: list[str]) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.procs.events import EventWriter
+from bench.procs.guard import MODULE as GUARD_MODULE
 from bench.procs.hygiene import MARKER, redirect_output, set_pdeathsig, sweep
 from injectors import undo
 
@@ -49,7 +50,7 @@ class ProcessHost:
         os.environ[MARKER] = self.run_id
         undo.claim(self.run_id, os.getpid())  # the run is live while this process is
         self.guard = subprocess.Popen(
-            [sys.executable, "-m", "bench.procs.guard", self.run_id, str(os.getpid())],
+            [sys.executable, "-m", GUARD_MODULE, self.run_id, str(os.getpid())],
             stdin=subprocess.PIPE,
             start_new_session=True,
         )

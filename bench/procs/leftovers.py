@@ -9,27 +9,15 @@ another benchmark runs.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
+from bench.procs import guard
 from bench.procs.hygiene import alive, kill_all, marked
 from injectors import undo
 
 
 def active_runs() -> set[str]:
     """Run ids whose harness is alive, read from their guards' command lines."""
-    active = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"bench.procs.guard" in argv:
-            i = argv.index(b"bench.procs.guard")
-            if len(argv) > i + 2 and argv[i + 2].isdigit() and alive(int(argv[i + 2])):
-                active.add(argv[i + 1].decode())
-    return active
+    return {run for run, harness in guard.running().items() if alive(harness)}
 
 
 def cleanup() -> list[str]:

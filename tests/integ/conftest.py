@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bench.procs import guard
 from bench.procs.hygiene import marked_pids
 from bench.procs.launcher import ProcessHost
 from bench.run.runner import RunReport, run
@@ -66,13 +67,4 @@ def at_timeout(ttd_s: float, timeout_s: float) -> bool:
 def run_of(harness: subprocess.Popen[bytes] | subprocess.Popen[str]) -> str | None:
     """The run id of a CLI harness, read from its guard's command line: the test then
     watches that run's processes only, not whatever else runs on the machine."""
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"bench.procs.guard" in argv:
-            i = argv.index(b"bench.procs.guard")
-            if len(argv) > i + 2 and argv[i + 2] == str(harness.pid).encode():
-                return argv[i + 1].decode()
-    return None
+    return next((run for run, pid in guard.running().items() if pid == harness.pid), None)
