@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from bench.jobs.job import Job, host_launcher, rank_spec, start_method
+from bench.jobs.job import Job, host_launcher, rank_spec, start_method, zygote_preload
 from bench.procs.events import EventWriter
 from bench.procs.launcher import LocalLauncher, RankProcess
 from bench.rank.entry import EXIT_LEFT, EXIT_OK, RankSpec
@@ -54,6 +54,7 @@ class SupervisedJob(Job):
         where: dict[str, Any] = dict(
             host=ctx.host,
             start_method=start_method(ctx.scenario),
+            preload=zygote_preload(ctx.scenario),
             namespace=ctx.store_namespace,
             address=ctx.store_host,
             trial_dir=ctx.trial_dir,
@@ -77,7 +78,14 @@ class SupervisedJob(Job):
 
     def spec(self, rank: int, role: str) -> RankSpec:
         """What rank ``rank`` is started with; ``role`` is ``initial`` or ``replacement``."""
-        return rank_spec(self.ctx, rank, role, members=self.members, store_port=self.launcher.store_port)
+        return rank_spec(
+            self.ctx,
+            rank,
+            role,
+            members=self.members,
+            store_port=self.launcher.store_port,
+            private_memory=self.launcher.start_method == "forkserver-private",
+        )
 
     def start_rank(self, rank: int, role: str) -> RankProcess:
         return self.launcher.start_rank(rank, rank_process_main, self.spec(rank, role))

@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +96,9 @@ class RankSpec:
     "" on a cluster's hosts (the host's own setting, else gloo's choice by host name)."""
     env: dict[str, str] = field(default_factory=dict)
     """Set in the rank's environment before anything else runs (``launch.nccl``)."""
+    private_memory: bool = False
+    """Forked from the forkserver (``launch.start_method = "forkserver-private"``): make
+    the memory shared with it the rank's own first (:mod:`bench.rank.private`)."""
     pdeathsig: bool = True
     """Die with the parent. Off for torchrun's workers: whether they outlive a dead agent
     is part of the behaviour under test (the guard still sweeps them)."""
@@ -124,6 +127,10 @@ def main(spec: RankSpec) -> None:
     group = join(spec.memory_cgroup, spec.rank) if spec.memory_cgroup else None
     extra: dict[str, Any] = {"memory_cgroup": str(group)} if group else {}
     events.emit("proc_start", role=spec.role, **extra)
+    if spec.private_memory:  # charged to the rank's own memory group, as a fresh import's
+        from bench.rank.private import make_private
+
+        events.emit("memory_private", **asdict(make_private(os.getppid())))
     code = EXIT_CRASHED
     try:
         entry = load_path(spec.entry)

@@ -126,13 +126,16 @@ class NcclSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchSpec:
-    start_method: Literal["auto", "forkserver", "spawn"] = "auto"
+    start_method: Literal["auto", "forkserver", "forkserver-private", "spawn"] = "auto"
     """How ftbench's launcher starts ranks. ``spawn``: fresh interpreters, as a job's own
     launcher starts them (each pays the torch import). ``forkserver``: forked from a
     process that already imported torch (tens of milliseconds), which also makes a
     SIGKILLed rank vanish sooner (measured: 5.7 ms instead of 14 ms, so its peers see
-    its sockets close earlier; docs/facts.md). ``auto``: what the strategy declares:
-    spawn for the stock stacks, forkserver where warm spares are part of the design."""
+    its sockets close earlier; docs/facts.md). ``forkserver-private``: forked, then the
+    rank copies the memory it shares with the forkserver and maps the libraries' pages
+    the forkserver uses, so that its exit undoes what a fresh interpreter's would
+    (:mod:`bench.rank.private`; docs/calibration.md compares the three). ``auto``: what
+    the strategy declares."""
     network: Literal["auto", "loopback", "namespaces"] = "auto"
     """``namespaces``: every host in a network namespace of its own, linked through a
     bridge (needed by link faults; root only). ``auto``: namespaces when a link fault

@@ -59,9 +59,12 @@ class Strategy(Plugin):
     only observes, or ``ftbench's own design`` for a recovery design of ours."""
     own_design: bool = False
     """A recovery design of ftbench's (it may replace parts of the stack), not a stock one."""
-    start_method: Literal["forkserver", "spawn"] = "spawn"
+    start_method: Literal["forkserver", "forkserver-private", "spawn"] = "spawn"
     """How ftbench's launcher starts its ranks under ``launch.start_method = "auto"``:
     fresh interpreters (as a real job's launcher) unless its design has warm spares."""
+    rank_preload: tuple[str, ...] = ()
+    """Modules its rank code imports that the forkserver may import for it beforehand
+    (torchft: ``torchft``); only those, so that a forked rank is no fatter than a fresh one."""
     supervised: bool = True
     """The supervisor's notice of a rank's exit is the stack's own detection (a node
     agent, a scheduler). Without one (plain torch.distributed) it only observes, and its
