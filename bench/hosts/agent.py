@@ -151,8 +151,8 @@ class AgentHost:
     contexts: dict[str, ForkServerContext | SpawnContext] = field(default_factory=dict)
     launcher: LocalLauncher | None = None
 
-    def context(self, start_method: str) -> ForkServerContext | SpawnContext:
-        return rank_context(start_method, self.contexts)
+    def context(self, start_method: str, preload: tuple[str, ...] = ()) -> ForkServerContext | SpawnContext:
+        return rank_context(start_method, self.contexts, preload)
 
     def sweep_trial(self) -> list[int]:
         if self.launcher is None:
@@ -217,6 +217,7 @@ class Agent:
             self.launcher = LocalLauncher(
                 host=self.rank_host,
                 start_method=str(cmd["start_method"]),
+                preload=tuple(str(m) for m in cmd["preload"]),
                 trial_dir=self.events_dir.parent,
                 events_dir=self.events_dir,
             )

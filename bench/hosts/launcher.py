@@ -179,6 +179,7 @@ class AgentLauncher(LocalLauncher):
             "op": "start",
             "spec": json.loads(spec_to_json(spec)),
             "start_method": self.start_method,
+            "preload": list(self.preload),
             "supervised": self.supervised,
         }
         send(self.control, self.sealer, self.host_of(rank), command)

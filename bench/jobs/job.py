@@ -142,6 +142,18 @@ def start_method(scenario: Scenario) -> str:
     return STRATEGIES[scenario.recovery.strategy].start_method if chosen == "auto" else chosen
 
 
+def zygote_preload(scenario: Scenario) -> tuple[str, ...]:
+    """What the forkserver imports for this scenario's ranks beyond torch and ftbench's
+    rank layer: what the workload's and the strategy's rank code imports (an optimizer's
+    step pulls in ``torch._dynamo``; torchft's replicas import torchft), and nothing a
+    rank would not import itself."""
+    from bench.scenario.strategy import STRATEGIES
+    from bench.scenario.workload import WORKLOADS
+
+    workload, strategy = WORKLOADS[scenario.workload.kind], STRATEGIES[scenario.recovery.strategy]
+    return (*getattr(workload, "rank_preload", ()), *strategy.rank_preload)
+
+
 def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpec:
     """The spec of a rank of this trial: the point's workload and strategy, resolved to
     the code that runs them, and its rank-side fault hooks; ``fields`` add or override."""
@@ -195,6 +207,7 @@ def host_launcher(ctx: TrialContext, *, start_method: str, supervised: bool) -> 
     common: dict[str, Any] = dict(
         host=ctx.host,
         start_method=start_method,
+        preload=zygote_preload(ctx.scenario),
         trial_dir=ctx.trial_dir,
         events_dir=ctx.events_dir,
         ranks_per_host=launch.ranks_per_host,

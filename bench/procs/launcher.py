@@ -56,9 +56,9 @@ class ProcessHost:
         )
         self._contexts: dict[str, ForkServerContext | SpawnContext] = {}
 
-    def context(self, start_method: str) -> ForkServerContext | SpawnContext:
+    def context(self, start_method: str, preload: tuple[str, ...] = ()) -> ForkServerContext | SpawnContext:
         """The multiprocessing context for ranks (the forkserver starts on first use)."""
-        return rank_context(start_method, self._contexts)
+        return rank_context(start_method, self._contexts, preload)
 
     def infrastructure(self) -> set[int]:
         """Pids that outlive trials: the guard and the forkserver."""
@@ -97,7 +97,7 @@ class RankHost(Protocol):
     """What a :class:`LocalLauncher` needs of the process that owns it: the harness's
     :class:`ProcessHost`, or a host agent (:mod:`bench.hosts.agent`) on another host."""
 
-    def context(self, start_method: str) -> ForkServerContext | SpawnContext: ...
+    def context(self, start_method: str, preload: tuple[str, ...] = ()) -> ForkServerContext | SpawnContext: ...
 
     def sweep_trial(self) -> list[int]: ...
 
@@ -109,20 +109,28 @@ def forkserver_pid() -> int | None:
 
 
 def rank_context(
-    start_method: str, cache: dict[str, ForkServerContext | SpawnContext]
+    start_method: str, cache: dict[str, ForkServerContext | SpawnContext], preload: tuple[str, ...] = ()
 ) -> ForkServerContext | SpawnContext:
-    """The multiprocessing context ranks are started from, made once per process: the
-    forkserver (which imported torch already) or spawn."""
-    ctx = cache.get(start_method)
-    if ctx is None:
-        if start_method == "forkserver":
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["bench.rank.zygote"])
-            multiprocessing.forkserver.ensure_running()
-        else:
-            ctx = multiprocessing.get_context("spawn")
-        cache[start_method] = ctx
-    return ctx
+    """The multiprocessing context ranks are started from: spawn, or the forkserver
+    (``forkserver-private`` ranks too), which imported torch, ftbench's rank layer and
+    ``preload`` (:func:`bench.jobs.job.zygote_preload`). A forkserver that preloaded
+    other modules is replaced: a forked rank must carry no module its own code would
+    not import, or a forkserver-private rank would own more memory than a fresh one."""
+    if start_method.startswith("forkserver"):
+        fs = cache.get("forkserver")
+        if not isinstance(fs, ForkServerContext):
+            fs = cache["forkserver"] = multiprocessing.get_context("forkserver")
+        server: Any = multiprocessing.forkserver._forkserver  # its preload is not public
+        wanted = ["bench.rank.zygote", *preload]
+        if server._preload_modules != wanted:
+            server._stop()  # none of its ranks is left: trials run one at a time
+            fs.set_forkserver_preload(wanted)
+        multiprocessing.forkserver.ensure_running()
+        return fs
+    spawn = cache.get("spawn")
+    if not isinstance(spawn, SpawnContext):
+        spawn = cache["spawn"] = multiprocessing.get_context("spawn")
+    return spawn
 
 
 def store_main(port_file: str, events_dir: str, namespace: str, address: str) -> None:
@@ -173,6 +181,8 @@ class LocalLauncher:
     start_method: str
     trial_dir: Path
     events_dir: Path
+    preload: tuple[str, ...] = ()
+    """What the forkserver imports for these ranks (:func:`bench.jobs.job.zygote_preload`)."""
     ranks: list[RankProcess] = field(default_factory=list)
     namespace: str = ""
     """The network namespace the store lives in ("": the harness's)."""
@@ -182,7 +192,7 @@ class LocalLauncher:
     store_port: int = 0
 
     def __post_init__(self) -> None:
-        self.ctx = self.host.context(self.start_method)
+        self.ctx = self.host.context(self.start_method, self.preload)
 
     def start_store(self, timeout_s: float = 60.0) -> int:
         port_file = self.trial_dir / "store.port"

@@ -41,6 +41,10 @@ class WorkloadPlugin(Plugin):
     memory: Callable[[Any, int], Estimate] | None = None
     """What one rank holds beyond an idle rank, from the knobs and the world size
     (:mod:`bench.scenario.memory`): a point that cannot fit the machine is refused."""
+    rank_preload: tuple[str, ...] = ("bench.rank.zygote_optim",)
+    """Modules the forkserver imports for this workload's ranks: what its rank code
+    would import itself and nothing more (``bench.rank.zygote_optim``: an optimizer's
+    step, which imports ``torch._dynamo``), so a forked rank is not fatter than a fresh one."""
 
 
 WORKLOADS: Registry[Plugin] = Registry("workload")

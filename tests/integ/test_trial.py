@@ -8,6 +8,8 @@ process-group timeout is detected at the timeout (plus scheduling slack), never 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.integ.conftest import at_timeout, rows
@@ -94,3 +96,23 @@ def test_stall_within_the_timeout_is_absorbed(run_scenario) -> None:
     (r,) = rows(report)
     assert r["outcome"] == "absorbed", r
     assert r["ttd_s"] is None
+
+
+@pytest.mark.timeout(180)
+def test_forkserver_private_ranks_own_their_memory(run_scenario, host) -> None:
+    """The calibrated launch mode end to end: every rank made the memory it shared with
+    the forkserver its own before its first step, and the forkserver had preloaded what
+    the workload's ranks import (an optimizer step for ddp), nothing else."""
+    import multiprocessing.forkserver
+
+    report = run_scenario(KILL.replace('"forkserver"', '"forkserver-private"').format(strategy="failstop"))
+    for r in rows(report):
+        assert r["outcome"] == "failed", r
+        assert 0 < r["ttd_s"] < 1.0
+    logs = list(report.rundir.path.glob("events/*/*/rank*.jsonl"))
+    private = [json.loads(line) for path in logs for line in path.read_text().splitlines() if "memory_private" in line]
+    assert len(logs) >= 2 * 4 and len(private) == len(logs)  # every rank of every trial, once
+    for e in private:
+        assert e["failed_ranges"] == 0 and e["copied_mib"] > 50, e
+    server = multiprocessing.forkserver._forkserver
+    assert server._preload_modules == ["bench.rank.zygote", "bench.rank.zygote_optim"]

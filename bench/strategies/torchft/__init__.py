@@ -131,6 +131,7 @@ STRATEGIES.register(
         params=TorchFTParams,
         impl="bench.strategies.torchft.job:TorchFTJob",
         rank_entry="bench.strategies.torchft.replica:replica_main",
+        rank_preload=("torchft",),
         stack="the torchft package (lighthouse, Manager, its DDP and process groups)",
         components=("store", "lighthouse"),
         blame=("detect@lighthouse:dropped_ranks",),  # the replicas a new quorum left out

@@ -27,6 +27,7 @@ WORKLOADS.register(
         params=AllReduceParams,
         impl="bench.workloads.allreduce.impl:AllReduceWorkload",
         memory=memory,
+        rank_preload=(),  # no optimizer: its ranks never import torch._dynamo
         summary="loop of all_reduce; time, algbw and busbw as nccl-tests computes them",
     )
 )
