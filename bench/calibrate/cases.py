@@ -29,8 +29,9 @@ class Case:
     victim: int = 2
     """Never rank 0: a bare loop's store lives elsewhere, but users' rank 0 often logs."""
 
-    def scenario(self, seed: int) -> Scenario:
-        """The ftbench side: this case as a scenario of the stock fail-stop strategy."""
+    def scenario(self, seed: int, *, start_method: str = "auto") -> Scenario:
+        """The ftbench side: this case as a scenario of the stock fail-stop strategy, its
+        ranks started as ``launch.start_method`` says (how a launch mode is calibrated)."""
         fault: dict[str, Any] = {
             "kind": self.fault,
             "target": {"ranks": [self.victim]},
@@ -49,6 +50,7 @@ class Case:
             },
             "faults": [fault],
             "recovery": {"strategy": "failstop"},
+            "launch": {"start_method": start_method},
             "measure": {"seed": seed, "deadline_s": self.pg_timeout_s + self.duration_s + 60},
         }
         return parse(raw, file=f"<calibration case {self.name}>")

@@ -84,11 +84,15 @@ def calibrate(
     out: str | Path,
     tolerance: Tolerance,
     seed: int = 0,
+    start_method: str = "auto",
     progress: Progress = lambda _line: None,
     argv: list[str] | None = None,
 ) -> CalibrationReport:
     rundir = RunDir.create(out, "calibrate", machine.commit())
-    pts = {c.name: replace(points(c.scenario(seed))[0], label=f"case={c.name} path=ftbench") for c in cases}
+    pts = {
+        c.name: replace(points(c.scenario(seed, start_method=start_method))[0], label=f"case={c.name} path=ftbench")
+        for c in cases
+    }
     info: dict[str, Any] = {
         "suite": "ftbench",
         "version": bench.__version__,
@@ -128,6 +132,7 @@ def calibrate(
             finished=_now(),
             stats=point_stats(rundir.rows()),
             calibration={
+                "start_method": start_method,
                 "tolerance": {"abs_s": tolerance.abs_s, "rel": tolerance.rel},
                 "probes": report.probes,
                 "comparisons": [_jsonable(c) for c in report.comparisons],

@@ -54,6 +54,13 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
     help="Base directory of results (the run goes to OUT/calibrate/).",
 )
 @click.option(
+    "--start-method",
+    type=click.Choice(["auto", "spawn", "forkserver", "forkserver-private"]),
+    default="auto",
+    show_default=True,
+    help="How ftbench's side starts its ranks (launch.start_method): calibrate a launch mode.",
+)
+@click.option(
     "--env",
     "env_spec",
     default="",
@@ -62,13 +69,20 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
 )
 @errors
 def calibrate(
-    cases: tuple[str, ...], trials: int, tolerance_ms: float, tolerance_rel: float, out: Path, env_spec: str
+    cases: tuple[str, ...],
+    trials: int,
+    tolerance_ms: float,
+    tolerance_rel: float,
+    out: Path,
+    start_method: str,
+    env_spec: str,
 ) -> None:
     """Check ftbench's detection figures against a bare torch.distributed loop on this
     machine: exit 0 if every median is within the tolerance, 1 if one is not."""
     if env_spec and os.environ.get(ENV_SPEC) != env_spec:
         args = [f"--case={c}" for c in cases] + [f"--trials={trials}", f"--tolerance-ms={tolerance_ms}"]
         args += [f"--tolerance-rel={tolerance_rel}", f"--out={out.resolve()}", f"--env={env_spec}"]
+        args += [f"--start-method={start_method}"]
         sys.exit(_in_environment(env_spec, args))
     from bench.calibrate.cases import BY_NAME, CASES
     from bench.calibrate.session import Tolerance, format_table
@@ -86,6 +100,7 @@ def calibrate(
             trials=trials,
             out=out,
             tolerance=tolerance,
+            start_method=start_method,
             argv=sys.argv,
             progress=lambda line: click.echo(line, err=True),
         )
