@@ -142,14 +142,22 @@ def start_method(scenario: Scenario) -> str:
     return STRATEGIES[scenario.recovery.strategy].start_method if chosen == "auto" else chosen
 
 
+FULL_PRELOAD = ("bench.rank.zygote_optim", "torchft")
+"""The forkserver's preload for ``forkserver`` ranks, whatever the point: their pages stay
+the server's, so more preloaded only starts them sooner, and one server serves a run."""
+
+
 def zygote_preload(scenario: Scenario) -> tuple[str, ...]:
     """What the forkserver imports for this scenario's ranks beyond torch and ftbench's
-    rank layer: what the workload's and the strategy's rank code imports (an optimizer's
-    step pulls in ``torch._dynamo``; torchft's replicas import torchft), and nothing a
-    rank would not import itself."""
+    rank layer. For ``forkserver-private`` ranks, what the workload's and the strategy's
+    rank code imports (an optimizer's step pulls in ``torch._dynamo``; torchft's replicas
+    import torchft) and nothing a rank would not import itself: a private rank owns a
+    copy of all of it, and a fatter rank dies slower."""
     from bench.scenario.strategy import STRATEGIES
     from bench.scenario.workload import WORKLOADS
 
+    if start_method(scenario) != "forkserver-private":
+        return FULL_PRELOAD
     workload, strategy = WORKLOADS[scenario.workload.kind], STRATEGIES[scenario.recovery.strategy]
     return (*getattr(workload, "rank_preload", ()), *strategy.rank_preload)
 

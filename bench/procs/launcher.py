@@ -114,8 +114,8 @@ def rank_context(
     """The multiprocessing context ranks are started from: spawn, or the forkserver
     (``forkserver-private`` ranks too), which imported torch, ftbench's rank layer and
     ``preload`` (:func:`bench.jobs.job.zygote_preload`). A forkserver that preloaded
-    other modules is replaced: a forked rank must carry no module its own code would
-    not import, or a forkserver-private rank would own more memory than a fresh one."""
+    other modules is replaced: a forkserver-private rank must carry no module its own
+    code would not import, or it would own more memory than a fresh one."""
     if start_method.startswith("forkserver"):
         fs = cache.get("forkserver")
         if not isinstance(fs, ForkServerContext):

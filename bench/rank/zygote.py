@@ -8,8 +8,9 @@ the import, and report it as its own phase.
 
 This module runs inside the forkserver, at its start: it ties the forkserver's life to
 the harness (parent-death signal) and imports what every rank imports, nothing more;
-what only some ranks import (an optimizer's step, torchft) comes from the modules the
-workload and the strategy add to the preload (:func:`bench.jobs.job.zygote_preload`).
+what only some ranks import (an optimizer's step, torchft) comes from the other modules
+of the preload (:func:`bench.jobs.job.zygote_preload`: all of them for ``forkserver``
+ranks, what the point's ranks import for ``forkserver-private`` ones).
 No thread pool is started before forking (one intra-op thread), so the children are safe.
 """
 

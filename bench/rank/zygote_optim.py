@@ -1,10 +1,11 @@
 """Forkserver preload for workloads that train: one optimizer step, run once.
 
 An optimizer's first step imports ``torch._dynamo`` (about 2 s per process, 5 s with four
-processes on two cores); a rank forked after it has paid that already. Only workloads
-whose ranks run an optimizer preload this (``rank_preload`` of their plugin): a rank of a
-collectives-only loop never imports dynamo, and a forkserver-private rank forked from
-here would otherwise own memory that a fresh one of that loop does not.
+processes on two cores); a rank forked after it has paid that already. ``forkserver``
+ranks always have it; ``forkserver-private`` ranks only for workloads whose ranks run an
+optimizer (``rank_preload`` of their plugin): a rank of a collectives-only loop never
+imports dynamo, and a private rank forked from here would own memory that a fresh one
+of that loop does not.
 """
 
 from __future__ import annotations
