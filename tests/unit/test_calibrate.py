@@ -43,3 +43,19 @@ def test_the_difference_ci_is_seeded_and_covers_a_known_shift() -> None:
     a, b = median_difference_ci(x, y), median_difference_ci(x, y)
     assert (a.low, a.high) == (b.low, b.high)
     assert a.low <= 3 <= a.high
+
+
+@pytest.mark.parametrize("mode", ["auto", "spawn", "forkserver", "forkserver-private"])
+def test_a_case_runs_its_ftbench_side_in_the_launch_mode_asked(mode: str) -> None:
+    for case in CASES:
+        assert case.scenario(0, start_method=mode).launch.start_method == mode
+
+
+def test_an_unknown_launch_mode_is_refused_by_name() -> None:
+    from click.testing import CliRunner
+
+    from bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["calibrate", "--start-method", "vfork"])
+    assert result.exit_code == 2
+    assert "--start-method" in result.output and "forkserver-private" in result.output
