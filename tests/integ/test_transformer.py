@@ -37,6 +37,12 @@ strategy = "{strategy}"
 trials = 1
 deadline_s = 60
 reference = true
+# Ranks forked from the forkserver: these tests are about the workload's recovery, not
+# about how ranks start (fresh interpreters, the default, are tested with every stock
+# launcher and by test_calibrate_from_the_cli); eight interpreters importing torch on
+# two cores are most of a spawned run.
+[launch]
+start_method = "forkserver"
 """
 
 
@@ -68,7 +74,7 @@ def test_torchft_heals_a_lost_hsdp_replica_group_from_the_live_one(run_scenario)
     transport, at the stream position of the reference and on its loss."""
     pytest.importorskip("torchft")
     scenario = TINY.format(parallelism="hsdp", strategy="torchft").replace("steps = 14", "steps = 120")
-    scenario = scenario.replace("deadline_s = 60", "deadline_s = 150")  # 8 interpreters start, on 2 cores
+    scenario = scenario.replace("deadline_s = 60", "deadline_s = 150")  # 8 ranks start, on 2 cores
     report = run_scenario(scenario + "[recovery.torchft]\nrestart_delay_s = 0.5\n")
     (r,) = rows(report)
     assert r["outcome"] == "recovered", r
