@@ -7,11 +7,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import click
 
 from bench.cli.common import Ascii, cli, errors, interrupt
 from bench.scenario.config import ConfigError
+from bench.scenario.model import StartMethod
 
 ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
 """Set in a calibration that runs in an ``--env`` environment, so it does not start another."""
@@ -55,7 +57,7 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
 )
 @click.option(
     "--start-method",
-    type=click.Choice(["auto", "spawn", "forkserver", "forkserver-private"]),
+    type=click.Choice(get_args(StartMethod)),
     default="auto",
     show_default=True,
     help="How ftbench's side starts its ranks (launch.start_method): calibrate a launch mode.",

@@ -154,12 +154,13 @@ def zygote_preload(scenario: Scenario) -> tuple[str, ...]:
     import torchft) and nothing a rank would not import itself: a private rank owns a
     copy of all of it, and a fatter rank dies slower."""
     from bench.scenario.strategy import STRATEGIES
-    from bench.scenario.workload import WORKLOADS
+    from bench.scenario.workload import WORKLOADS, WorkloadPlugin
 
     if start_method(scenario) != "forkserver-private":
         return FULL_PRELOAD
-    workload, strategy = WORKLOADS[scenario.workload.kind], STRATEGIES[scenario.recovery.strategy]
-    return (*getattr(workload, "rank_preload", ()), *strategy.rank_preload)
+    workload = WORKLOADS[scenario.workload.kind]
+    workload_preload = workload.rank_preload if isinstance(workload, WorkloadPlugin) else ()
+    return (*workload_preload, *STRATEGIES[scenario.recovery.strategy].rank_preload)
 
 
 def rank_spec(ctx: TrialContext, rank: int, role: str, **fields: Any) -> RankSpec:

@@ -118,15 +118,16 @@ def make_private(forkserver: int) -> Privatised:
             shared_anon = _runs(e & _SHARED_ANON_MASK == _PRESENT for e in mine)
             # Relocated then write-protected (a library's RELRO): the pages are still the
             # forkserver's; open the mapping for the copy, then close it again.
-            if shared_anon and not prot & mmap.PROT_WRITE and libc.mprotect(lo, hi - lo, prot | mmap.PROT_WRITE) != 0:
+            reopen = bool(shared_anon) and not prot & mmap.PROT_WRITE
+            if reopen and libc.mprotect(lo, hi - lo, prot | mmap.PROT_WRITE) != 0:
                 failed += 1
-                shared_anon = []
+                shared_anon, reopen = [], False
             for first, count in shared_anon:
                 if libc.madvise(lo + first * PAGE, count * PAGE, MADV_POPULATE_WRITE) == 0:
                     copied += count
                 else:
                     failed += 1
-            if shared_anon and not prot & mmap.PROT_WRITE and libc.mprotect(lo, hi - lo, prot) != 0:
+            if reopen and libc.mprotect(lo, hi - lo, prot) != 0:
                 failed += 1
             file_pages = (p & _FILE_MASK == _FILE_MASK and not m & _PRESENT for m, p in zip(mine, parent, strict=True))
             for first, count in _runs(file_pages):

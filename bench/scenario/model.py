@@ -124,9 +124,13 @@ class NcclSpec:
         return env | dict(self.extra)
 
 
+StartMethod = Literal["auto", "forkserver", "forkserver-private", "spawn"]
+"""The launch modes (``launch.start_method``; ``ftbench calibrate --start-method``)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchSpec:
-    start_method: Literal["auto", "forkserver", "forkserver-private", "spawn"] = "auto"
+    start_method: StartMethod = "auto"
     """How ftbench's launcher starts ranks. ``spawn``: fresh interpreters, as a job's own
     launcher starts them (each pays the torch import). ``forkserver``: forked from a
     process that already imported torch (tens of milliseconds), which also makes a
