@@ -52,9 +52,17 @@ def test_restart_recovers_from_the_last_finished_save(run_scenario, design: str)
     done = "checkpoint_done" if design == "dcp-async" else "checkpoint"
     finished = {e["step"] for e in events if e["event"] == done and e["t"] < restart}
     restored = {e["step"] for e in events if e["event"] == "restore_end"}
-    # An asynchronous save whose files were written before the kill may be finalised by
-    # the survivors' background half just after it (on loaded cores): it is finished too.
-    assert restored == {max(finished)}, "every restarted rank loads the newest save finished before the restart"
+    if design == "dcp":
+        assert restored == {max(finished)}, "every restarted rank loads the newest save finished before the restart"
+    else:
+        # An asynchronous save is finished when its .metadata lands; its checkpoint_done
+        # comes at the rank's next poll, which a survivor killed by the agent in between
+        # never reaches (seen once in a clean-clone CI run: step 30 loaded, its event
+        # missing). So the events bound what was finished: at least the newest with its
+        # event, at most a save begun (its staging done) before the restart.
+        begun = {e["step"] for e in events if e["event"] == "checkpoint" and e["t"] < restart}
+        (step,) = restored  # every restarted rank loads the same save
+        assert step >= max(finished) and step in begun, (restored, finished, begun)
     assert r["checkpoint_blocked_s"] > 0 and r["checkpoint_bytes"] > 0
     if design == "dcp-async":
         assert r["checkpoint_background_s"] > 0
