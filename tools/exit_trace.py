@@ -1,0 +1,140 @@
+"""How long the kernel takes to close an exiting rank's sockets, and the page lists behind it.
+
+    .venv/bin/python tools/exit_trace.py OUT_DIR -- .venv/bin/ftbench run kill-one-rank \\
+        --trials 6 --set recovery.strategy=failstop --set launch.start_method=spawn --out OUT_DIR
+
+(root, tracefs at /sys/kernel/tracing.) A rank that exits closes its sockets only after
+the kernel has torn its memory down (some 56,000 pages for a DDP rank here), so its peers
+learn of the exit tens of milliseconds after the process called ``exit_group``. How long
+that teardown takes depends on the per-CPU page lists: freed pages go to the freeing
+CPU's list until it holds its *high* mark, and every page past that is handed back to
+the zone under the zone's lock, which is slower. Since Linux 6.7 the high mark tunes
+itself (raised by allocation bursts, decayed by an eighth a second), so it depends on
+what the machine allocated in the last seconds, not on the process that exits.
+
+The tool runs the command with two tracepoints on (``exit_group`` and TCP state changes,
+stamped on CLOCK_MONOTONIC with each event's thread group) while a thread samples the
+Normal zone's per-CPU high marks from ``/proc/zoneinfo`` every 20 ms. Then, for every
+trial in the run directories under OUT_DIR, it prints each exiting rank's time from
+``exit_group`` to its first FIN, and the high marks at the trial's injection.
+docs/calibration.md ("Launch modes") has what it showed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TRACEFS = Path("/sys/kernel/tracing")
+EVENTS = ("syscalls:sys_enter_exit_group", "sock:inet_sock_set_state")
+LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): (\w+)[:(] ?(.*)$")
+PAGESET = re.compile(r"cpu: (\d+)\s+count:\s+\d+\s+high:\s+(\d+)")
+SAMPLE_S = 0.02
+
+
+def normal_zone_highs() -> list[int]:
+    """The per-CPU page lists' high marks of node 0's Normal zone, by CPU."""
+    zones = Path("/proc/zoneinfo").read_text().split("Node 0, zone")
+    normal = next(z for z in zones if z.lstrip().startswith("Normal"))
+    return [int(high) for _, high in PAGESET.findall(normal)]
+
+
+def sample(into: list[tuple[int, list[int]]], stop: threading.Event) -> None:
+    while not stop.is_set():
+        into.append((time.monotonic_ns(), normal_zone_highs()))
+        stop.wait(SAMPLE_S)
+
+
+def traced(command: list[str]) -> tuple[str, list[tuple[int, list[int]]]]:
+    """Run ``command`` with the tracepoints on; the trace's text and the high marks sampled."""
+    # What to put back: the clock in use is the bracketed one of the list.
+    clock = re.findall(r"\[(\w+)\]", (TRACEFS / "trace_clock").read_text())[0]
+    buffer_kb = (TRACEFS / "buffer_size_kb").read_text().split()[0]
+    tgid = (TRACEFS / "options" / "record-tgid").read_text().strip()
+    (TRACEFS / "tracing_on").write_text("0")
+    (TRACEFS / "trace_clock").write_text("mono")
+    (TRACEFS / "buffer_size_kb").write_text("65536")
+    (TRACEFS / "options" / "record-tgid").write_text("1")
+    (TRACEFS / "trace").write_text("")
+    (TRACEFS / "set_event").write_text("\n".join(EVENTS) + "\n")
+    highs: list[tuple[int, list[int]]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample, args=(highs, stop), daemon=True)
+    try:
+        (TRACEFS / "tracing_on").write_text("1")
+        sampler.start()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    finally:
+        stop.set()
+        (TRACEFS / "tracing_on").write_text("0")
+        text = (TRACEFS / "trace").read_text()
+        (TRACEFS / "set_event").write_text("\n")
+        (TRACEFS / "trace_clock").write_text(clock)
+        (TRACEFS / "buffer_size_kb").write_text(buffer_kb)
+        (TRACEFS / "options" / "record-tgid").write_text(tgid)
+    sampler.join()
+    return text, highs
+
+
+def exit_to_fin_ms(text: str) -> dict[int, float]:
+    """Per thread group: ms from its ``exit_group`` to its first socket entering FIN_WAIT1."""
+    exits: dict[int, float] = {}
+    fins: dict[int, float] = {}
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if not m:
+            continue
+        tgid, t, name, args = int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
+        if name == "sys_exit_group":
+            exits.setdefault(tgid, t)
+        elif name == "inet_sock_set_state" and "newstate=TCP_FIN_WAIT1" in args and tgid in exits:
+            fins.setdefault(tgid, t)
+    return {tgid: (fins[tgid] - t) * 1e3 for tgid, t in exits.items() if tgid in fins}
+
+
+def report(out: Path, text: str, highs: list[tuple[int, list[int]]]) -> None:
+    closing = exit_to_fin_ms(text)
+    by_rank: dict[int, list[float]] = defaultdict(list)
+    for trial_dir in sorted(out.glob("**/events/*/*/")):
+        inject = [
+            json.loads(line)["t"]
+            for line in (trial_dir / "harness.jsonl").read_text().splitlines()
+            if '"inject"' in line
+        ]
+        at_inject = [h for t, h in highs if inject and t <= inject[0]][-1:] or [[]]
+        ranks = []
+        for log in sorted(trial_dir.glob("rank*-*.jsonl")):
+            rank, pid = (int(x) for x in re.findall(r"\d+", log.stem))
+            if pid in closing:
+                by_rank[rank].append(closing[pid])
+                ranks.append(f"rank {rank} {closing[pid]:5.1f}")
+        trial = trial_dir.relative_to(out)
+        print(f"{trial}  exit_group -> FIN ms: {', '.join(ranks)}  high marks at inject: {at_inject[0]}")
+    for rank, ms in sorted(by_rank.items()):
+        print(f"rank {rank}: median {statistics.median(ms):.1f} ms over {len(ms)} exits")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="where the command writes its run directories")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run, traced")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to trace: give it after --")
+    if not os.access(TRACEFS / "set_event", os.W_OK):
+        parser.error(f"{TRACEFS} is not writable here: tracing needs root and tracefs mounted")
+    text, highs = traced(command)
+    report(args.out, text, highs)
+
+
+if __name__ == "__main__":
+    main()
