@@ -9,14 +9,15 @@ learn of the exit tens of milliseconds after the process called ``exit_group``. 
 that teardown takes depends on the per-CPU page lists: freed pages go to the freeing
 CPU's list until it holds its *high* mark, and every page past that is handed back to
 the zone under the zone's lock, which is slower. Since Linux 6.7 the high mark tunes
-itself (raised by allocation bursts, decayed by an eighth a second), so it depends on
-what the machine allocated in the last seconds, not on the process that exits.
+itself (raised by allocation bursts, decayed by an eighth a second), so an exit's
+length depends on what the machine allocated in the seconds before it.
 
 The tool runs the command with two tracepoints on (``exit_group`` and TCP state changes,
-stamped on CLOCK_MONOTONIC with each event's thread group) while a thread samples the
-Normal zone's per-CPU high marks from ``/proc/zoneinfo`` every 20 ms. Then, for every
-trial in the run directories under OUT_DIR, it prints each exiting rank's time from
-``exit_group`` to its first FIN, and the high marks at the trial's injection.
+stamped on CLOCK_MONOTONIC with each event's thread group; ``--drains`` adds one per page
+drained to a zone) while a thread samples the Normal zone's per-CPU high marks from
+``/proc/zoneinfo`` every 20 ms. Then, for every trial in the run directories under
+OUT_DIR, it prints each exiting rank's time from ``exit_group`` to its first FIN (and
+the pages it drained meanwhile), and the high marks at the trial's injection.
 docs/calibration.md ("Launch modes") has what it showed.
 """
 
@@ -31,10 +32,14 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 TRACEFS = Path("/sys/kernel/tracing")
 EVENTS = ("syscalls:sys_enter_exit_group", "sock:inet_sock_set_state")
+DRAIN = "kmem:mm_page_pcpu_drain"
+"""One event per page a CPU's list hands back to its zone (``--drains``: hundreds of
+thousands of events a trial, which slows the exits it counts about twofold)."""
 LINE = re.compile(r"^\s*.+?-\d+\s+\(\s*(\d+)\)\s+\[\d+\]\s+\S+\s+([\d.]+): (\w+)[:(] ?(.*)$")
 PAGESET = re.compile(r"cpu: (\d+)\s+count:\s+\d+\s+high:\s+(\d+)")
 SAMPLE_S = 0.02
@@ -53,7 +58,7 @@ def sample(into: list[tuple[int, list[int]]], stop: threading.Event) -> None:
         stop.wait(SAMPLE_S)
 
 
-def traced(command: list[str]) -> tuple[str, list[tuple[int, list[int]]]]:
+def traced(command: list[str], *, drains: bool) -> tuple[str, list[tuple[int, list[int]]]]:
     """Run ``command`` with the tracepoints on; the trace's text and the high marks sampled."""
     # What to put back: the clock in use is the bracketed one of the list.
     clock = re.findall(r"\[(\w+)\]", (TRACEFS / "trace_clock").read_text())[0]
@@ -61,10 +66,10 @@ def traced(command: list[str]) -> tuple[str, list[tuple[int, list[int]]]]:
     tgid = (TRACEFS / "options" / "record-tgid").read_text().strip()
     (TRACEFS / "tracing_on").write_text("0")
     (TRACEFS / "trace_clock").write_text("mono")
-    (TRACEFS / "buffer_size_kb").write_text("65536")
+    (TRACEFS / "buffer_size_kb").write_text("400000" if drains else "65536")
     (TRACEFS / "options" / "record-tgid").write_text("1")
     (TRACEFS / "trace").write_text("")
-    (TRACEFS / "set_event").write_text("\n".join(EVENTS) + "\n")
+    (TRACEFS / "set_event").write_text("\n".join(EVENTS + ((DRAIN,) if drains else ())) + "\n")
     highs: list[tuple[int, list[int]]] = []
     stop = threading.Event()
     sampler = threading.Thread(target=sample, args=(highs, stop), daemon=True)
@@ -84,24 +89,39 @@ def traced(command: list[str]) -> tuple[str, list[tuple[int, list[int]]]]:
     return text, highs
 
 
-def exit_to_fin_ms(text: str) -> dict[int, float]:
-    """Per thread group: ms from its ``exit_group`` to its first socket entering FIN_WAIT1."""
-    exits: dict[int, float] = {}
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """One process's exit, as the trace saw it."""
+
+    to_fin_ms: float
+    """From its ``exit_group`` to its first socket entering FIN_WAIT1."""
+    drained: int
+    """Pages its threads handed back to a zone in that interval (0 unless ``--drains``)."""
+
+
+def exits(text: str) -> dict[int, Exit]:
+    """Every thread group that called ``exit_group`` and then closed a TCP connection."""
+    started: dict[int, float] = {}
     fins: dict[int, float] = {}
+    drained: dict[int, int] = defaultdict(int)
     for line in text.splitlines():
         m = LINE.match(line)
         if not m:
             continue
         tgid, t, name, args = int(m.group(1)), float(m.group(2)), m.group(3), m.group(4)
         if name == "sys_exit_group":
-            exits.setdefault(tgid, t)
-        elif name == "inet_sock_set_state" and "newstate=TCP_FIN_WAIT1" in args and tgid in exits:
-            fins.setdefault(tgid, t)
-    return {tgid: (fins[tgid] - t) * 1e3 for tgid, t in exits.items() if tgid in fins}
+            started.setdefault(tgid, t)
+        elif tgid not in started or tgid in fins:
+            continue
+        elif name == "inet_sock_set_state" and "newstate=TCP_FIN_WAIT1" in args:
+            fins[tgid] = t
+        elif name == "mm_page_pcpu_drain":
+            drained[tgid] += 1
+    return {tgid: Exit((fins[tgid] - t) * 1e3, drained[tgid]) for tgid, t in started.items() if tgid in fins}
 
 
 def report(out: Path, text: str, highs: list[tuple[int, list[int]]]) -> None:
-    closing = exit_to_fin_ms(text)
+    closing = exits(text)
     by_rank: dict[int, list[float]] = defaultdict(list)
     for trial_dir in sorted(out.glob("**/events/*/*/")):
         inject = [
@@ -114,8 +134,8 @@ def report(out: Path, text: str, highs: list[tuple[int, list[int]]]) -> None:
         for log in sorted(trial_dir.glob("rank*-*.jsonl")):
             rank, pid = (int(x) for x in re.findall(r"\d+", log.stem))
             if pid in closing:
-                by_rank[rank].append(closing[pid])
-                ranks.append(f"rank {rank} {closing[pid]:5.1f}")
+                by_rank[rank].append(closing[pid].to_fin_ms)
+                ranks.append(f"rank {rank} {closing[pid].to_fin_ms:5.1f} ({closing[pid].drained} drained)")
         trial = trial_dir.relative_to(out)
         print(f"{trial}  exit_group -> FIN ms: {', '.join(ranks)}  high marks at inject: {at_inject[0]}")
     for rank, ms in sorted(by_rank.items()):
@@ -125,6 +145,7 @@ def report(out: Path, text: str, highs: list[tuple[int, list[int]]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="where the command writes its run directories")
+    parser.add_argument("--drains", action="store_true", help="also count the pages each exit drains to its zone")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run, traced")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -132,7 +153,7 @@ def main() -> None:
         parser.error("no command to trace: give it after --")
     if not os.access(TRACEFS / "set_event", os.W_OK):
         parser.error(f"{TRACEFS} is not writable here: tracing needs root and tracefs mounted")
-    text, highs = traced(command)
+    text, highs = traced(command, drains=args.drains)
     report(args.out, text, highs)
 
 
