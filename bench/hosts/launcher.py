@@ -104,8 +104,9 @@ class AgentLauncher(LocalLauncher):
     def names(self) -> list[str]:
         return [f"h{i}" for i in range(len(self.hosts))]
 
-    def start_store(self, timeout_s: float = 60.0) -> int:
-        """The store, then one agent per host; returns once every agent measured its clock."""
+    def start_store(self, timeout_s: float = 60.0, *, wait: bool = True) -> int:
+        """The store, then one agent per host; returns once every agent measured its clock
+        (whatever ``wait`` says: the agents need the store at once)."""
         port = super().start_store(timeout_s)
         self.control = self.store_client()
         responders = {h: self._responder(f"clock/{h}/start") for h in self.names()}

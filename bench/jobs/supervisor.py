@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from bench.jobs.job import Job, host_launcher, rank_spec, start_method, zygote_preload
 from bench.procs.events import EventWriter
@@ -35,17 +35,32 @@ class SupervisedJob(Job):
         ctx = self.ctx
         self.supervisor = EventWriter(ctx.events_dir / "supervisor.jsonl", src="supervisor", pid=os.getpid())
         self.launcher = self.make_launcher()
-        self.launcher.start_store()
-        self.store = self.launcher.store_client()
+        self.launcher.start_store(wait=False)
         self.members = tuple(range(ctx.scenario.workload.world_size))
         self.incarnations: dict[int, int] = dict.fromkeys(self.members, 0)
         self.replacements: dict[int, float] = {}
         """rank -> monotonic time at which its replacement is due."""
         self.finished_at: float | None = None
         """When a rank completed training: the job is ending."""
-        self.start_services()
+        if not self.ranks_first:
+            self.connect()
         for rank in self.members:
             self.start_rank(rank, "initial")
+        if self.ranks_first:
+            self.connect()
+
+    ranks_first: ClassVar[bool] = True
+    """Start the initial ranks while the store process is still starting (the harness
+    bound its socket, so its port is known; a spawned store imports torch for a second
+    or more, on the ranks' critical path otherwise), then connect and start the
+    services: what ranks read from the store they wait for. False for a job whose
+    services or rank starts need the store first."""
+
+    def connect(self) -> None:
+        """The harness's own store client, once the store serves, then the services."""
+        self.launcher.await_store()
+        self.store = self.launcher.store_client()
+        self.start_services()
 
     def make_launcher(self) -> LocalLauncher:
         """The harness's own launcher, or with ``launch.agents`` one that has a host agent

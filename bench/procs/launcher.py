@@ -15,6 +15,7 @@ import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -133,8 +134,9 @@ def rank_context(
     return spawn
 
 
-def store_main(port_file: str, events_dir: str, namespace: str, address: str) -> None:
-    """Body of the store process: host a c10d TCPStore on ``address`` until killed."""
+def store_main(port_file: str, events_dir: str, namespace: str, address: str, sock: socket.socket) -> None:
+    """Body of the store process: host a c10d TCPStore on ``sock`` (listening on
+    ``address``, made by the harness) until killed."""
     set_pdeathsig()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # c10d logs a warning per client it cannot name (clients in network namespaces).
@@ -145,7 +147,7 @@ def store_main(port_file: str, events_dir: str, namespace: str, address: str) ->
         enter(namespace)
     from bench.procs.store import bound_store
 
-    store = bound_store(address, timeout_s=3600)
+    store = bound_store(address, timeout_s=3600, sock=sock)
     EventWriter(Path(events_dir) / f"store-{os.getpid()}.jsonl", src="store", pid=os.getpid()).emit(
         "proc_start", role="store", port=store.port
     )
@@ -190,22 +192,50 @@ class LocalLauncher:
     """Where the store listens, and where the harness's own client reaches it."""
     store_process: BaseProcess | None = None
     store_port: int = 0
+    store_serves: bool = False
+    """The store process has published its port: it serves (:meth:`await_store`)."""
 
     def __post_init__(self) -> None:
         self.ctx = self.host.context(self.start_method, self.preload)
 
-    def start_store(self, timeout_s: float = 60.0) -> int:
-        port_file = self.trial_dir / "store.port"
-        port_file.unlink(missing_ok=True)
-        self.store_process = self.ctx.Process(
-            target=store_main,
-            args=(str(port_file), str(self.events_dir), self.namespace, self.address),
-            name="ftbench-store",
-            daemon=False,
-        )
-        self.store_process.start()
-        self.store_port = int(self.await_file(self.store_process, port_file, "the store", timeout_s))
+    def start_store(self, timeout_s: float = 60.0, *, wait: bool = True) -> int:
+        """Start the store process; its port. The harness binds the store's socket (in
+        the store's namespace) and hands it over, so the port is known at once and
+        ranks may start while the store process is still importing torch: their
+        connections wait in the socket's backlog. ``wait=False`` returns before the
+        store serves (:meth:`await_store` then)."""
+        from bench.procs.store import listening_socket
+
+        (self.trial_dir / "store.port").unlink(missing_ok=True)
+        self.store_serves = False
+        if self.namespace:
+            from injectors.link.netns import run_in
+
+            sock = run_in(self.namespace, listening_socket, self.address)
+        else:
+            sock = listening_socket(self.address)
+        with sock:  # the store process has its own copy once started
+            self.store_port = int(sock.getsockname()[1])
+            self.store_process = self.ctx.Process(
+                target=store_main,
+                args=(str(self.trial_dir / "store.port"), str(self.events_dir), self.namespace, self.address, sock),
+                name="ftbench-store",
+                daemon=False,
+            )
+            self.store_process.start()
+        if wait:
+            self.await_store(timeout_s)
         return self.store_port
+
+    def await_store(self, timeout_s: float = 60.0) -> None:
+        """Until the store serves (it has published its port), or a :class:`LaunchError`."""
+        assert self.store_process is not None, "start_store first"
+        if self.store_serves:
+            return
+        port = int(self.await_file(self.store_process, self.trial_dir / "store.port", "the store", timeout_s))
+        if port != self.store_port:
+            raise LaunchError(f"the store serves port {port}, not the {self.store_port} it was given")
+        self.store_serves = True
 
     @staticmethod
     def await_file(process: BaseProcess, path: Path, what: str, timeout_s: float) -> str:

@@ -20,14 +20,24 @@ _SOCKETS: list[socket.socket] = []
 """Listening sockets handed to stores: kept open for the life of the process."""
 
 
-def bound_store(host: str = "127.0.0.1", *, timeout_s: float, port: int = 0) -> dist.TCPStore:
-    """A store server listening on ``host`` only, on ``port`` (0: a free one; ``store.port``)."""
-    import torch.distributed as dist
-
+def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A socket listening on ``host`` only, on ``port`` (0: a free one), for a store.
+    Clients that connect before the store serves it wait in its backlog."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
+    return sock
+
+
+def bound_store(
+    host: str = "127.0.0.1", *, timeout_s: float, port: int = 0, sock: socket.socket | None = None
+) -> dist.TCPStore:
+    """A store server listening on ``host`` only, on ``port`` (0: a free one; ``store.port``),
+    or serving ``sock``, a :func:`listening_socket` made by another process."""
+    import torch.distributed as dist
+
+    sock = sock or listening_socket(host, port)
     _SOCKETS.append(sock)
     return dist.TCPStore(
         host,

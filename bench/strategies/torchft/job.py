@@ -44,6 +44,8 @@ class TorchFTJob(SupervisedJob):
     """Lighthouse + the replica groups' processes (one per group, or the group size under
     hsdp), a group restarted after a death."""
 
+    ranks_first = False  # a replica group's incarnation is in the store before its ranks start
+
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
         if torchft_version() is None:
