@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,9 +79,15 @@ def start_agents(port: int, n: int, logs: Path, secret: str = SECRET) -> list[su
     return agents
 
 
-def agent_processes() -> list[int]:
-    """Live processes that a serving agent marked as its own."""
-    return [pid for pid, run in marked().items() if run.startswith("agent-h") and alive(pid)]
+def agent_processes(within_s: float = 15.0) -> list[int]:
+    """Live processes that a serving agent marked as its own, once its guard (which
+    sweeps them when the agent exits, a moment after it) has had ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [pid for pid, run in marked().items() if run.startswith("agent-h") and alive(pid)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.mark.timeout(240)
@@ -204,7 +211,6 @@ def test_a_killed_harness_leaves_serving_agents_nothing_to_do(tmp_path: Path) ->
     """SIGKILL of the harness mid-trial: each agent's store calls fail, it kills what the
     trial started on its host and exits 3; nothing of the run is left anywhere."""
     import signal
-    import time
 
     scenario = tmp_path / "cluster.toml"
     scenario.write_text(SCENARIO.replace("steps = 120", "steps = 3000").replace("at_step = 40", "at_step = 2900"))
