@@ -64,6 +64,7 @@ def traced(command: list[str], *, drains: bool) -> tuple[str, list[tuple[int, li
     clock = re.findall(r"\[(\w+)\]", (TRACEFS / "trace_clock").read_text())[0]
     buffer_kb = (TRACEFS / "buffer_size_kb").read_text().split()[0]
     tgid = (TRACEFS / "options" / "record-tgid").read_text().strip()
+    was_on = (TRACEFS / "tracing_on").read_text().strip()
     (TRACEFS / "tracing_on").write_text("0")
     (TRACEFS / "trace_clock").write_text("mono")
     (TRACEFS / "buffer_size_kb").write_text("400000" if drains else "65536")
@@ -85,6 +86,7 @@ def traced(command: list[str], *, drains: bool) -> tuple[str, list[tuple[int, li
         (TRACEFS / "trace_clock").write_text(clock)
         (TRACEFS / "buffer_size_kb").write_text(buffer_kb)
         (TRACEFS / "options" / "record-tgid").write_text(tgid)
+        (TRACEFS / "tracing_on").write_text(was_on)
     sampler.join()
     return text, highs
 
