@@ -24,16 +24,20 @@ docs/calibration.md ("Launch modes") has what it showed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.procs.events import read_events
 
 TRACEFS = Path("/sys/kernel/tracing")
 EVENTS = ("syscalls:sys_enter_exit_group", "sock:inet_sock_set_state")
@@ -126,20 +130,17 @@ def report(out: Path, text: str, highs: list[tuple[int, list[int]]]) -> None:
     closing = exits(text)
     by_rank: dict[int, list[float]] = defaultdict(list)
     for trial_dir in sorted(out.glob("**/events/*/*/")):
-        inject = [
-            json.loads(line)["t"]
-            for line in (trial_dir / "harness.jsonl").read_text().splitlines()
-            if '"inject"' in line
-        ]
-        at_inject = [h for t, h in highs if inject and t <= inject[0]][-1:] or [[]]
+        events = read_events(trial_dir)
+        inject = next((e["t"] for e in events if e["event"] == "inject"), None)
+        at_inject = next((h for t, h in reversed(highs) if inject is not None and t <= inject), "-")
         ranks = []
-        for log in sorted(trial_dir.glob("rank*-*.jsonl")):
-            rank, pid = (int(x) for x in re.findall(r"\d+", log.stem))
+        started = {(e["rank"], e["pid"]) for e in events if e["event"] == "proc_start" and e["src"] == "rank"}
+        for rank, pid in sorted(started):
             if pid in closing:
                 by_rank[rank].append(closing[pid].to_fin_ms)
                 ranks.append(f"rank {rank} {closing[pid].to_fin_ms:5.1f} ({closing[pid].drained} drained)")
         trial = trial_dir.relative_to(out)
-        print(f"{trial}  exit_group -> FIN ms: {', '.join(ranks)}  high marks at inject: {at_inject[0]}")
+        print(f"{trial}  exit_group -> FIN ms: {', '.join(ranks)}  high marks at inject: {at_inject}")
     for rank, ms in sorted(by_rank.items()):
         print(f"rank {rank}: median {statistics.median(ms):.1f} ms over {len(ms)} exits")
 

@@ -206,7 +206,7 @@ class LocalLauncher:
         store serves (:meth:`await_store` then)."""
         from bench.procs.store import listening_socket
 
-        (self.trial_dir / "store.port").unlink(missing_ok=True)
+        self.store_ready_file.unlink(missing_ok=True)
         self.store_serves = False
         if self.namespace:
             from injectors.link.netns import run_in
@@ -218,7 +218,7 @@ class LocalLauncher:
             self.store_port = int(sock.getsockname()[1])
             self.store_process = self.ctx.Process(
                 target=store_main,
-                args=(str(self.trial_dir / "store.port"), str(self.events_dir), self.namespace, self.address, sock),
+                args=(str(self.store_ready_file), str(self.events_dir), self.namespace, self.address, sock),
                 name="ftbench-store",
                 daemon=False,
             )
@@ -227,12 +227,17 @@ class LocalLauncher:
             self.await_store(timeout_s)
         return self.store_port
 
+    @property
+    def store_ready_file(self) -> Path:
+        """Where the store process publishes its port once it serves."""
+        return self.trial_dir / "store.port"
+
     def await_store(self, timeout_s: float = 60.0) -> None:
         """Until the store serves (it has published its port), or a :class:`LaunchError`."""
         assert self.store_process is not None, "start_store first"
         if self.store_serves:
             return
-        port = int(self.await_file(self.store_process, self.trial_dir / "store.port", "the store", timeout_s))
+        port = int(self.await_file(self.store_process, self.store_ready_file, "the store", timeout_s))
         if port != self.store_port:
             raise LaunchError(f"the store serves port {port}, not the {self.store_port} it was given")
         self.store_serves = True

@@ -37,7 +37,8 @@ def bound_store(
     or serving ``sock``, a :func:`listening_socket` made by another process."""
     import torch.distributed as dist
 
-    sock = sock or listening_socket(host, port)
+    if sock is None:
+        sock = listening_socket(host, port)
     _SOCKETS.append(sock)
     return dist.TCPStore(
         host,
