@@ -36,7 +36,9 @@ name = "regrow"
 [workload]
 kind = "ddp"
 world_size = 3
-steps = 150
+# long enough after the fault for a replacement to start and join on a loaded machine:
+# in CI a 150-step run ended before its replacement (forked 0.19 s, ready 0.16 s later)
+steps = 400
 pg_timeout_s = 10
 [[faults]]
 kind = "kill"
