@@ -15,14 +15,13 @@ name = "sized"
 [workload]
 kind = "ddp"
 backend = "gloo"
-world_size = 4
+world_size = 2
 steps = 30
 pg_timeout_s = 10
 state_mb = 20
-batch_per_rank = 8
 [[faults]]
 kind = "kill"
-target = { ranks = [2] }
+target = { ranks = [1] }
 trigger = { at_step = 15 }
 [recovery]
 strategy = "restart"
