@@ -18,12 +18,12 @@ name = "designs"
 [workload]
 kind = "ddp"
 backend = "gloo"
-world_size = 4
+world_size = 2
 steps = 60
 pg_timeout_s = 10
 [[faults]]
 kind = "kill"
-target = { ranks = [2] }
+target = { ranks = [1] }
 trigger = { at_step = 35 }
 [recovery]
 strategy = "restart"
@@ -72,7 +72,7 @@ def test_restart_recovers_from_the_last_finished_save(run_scenario, design: str)
 
 def test_nvrx_async_is_skipped_on_gloo_with_the_reason(run_scenario) -> None:
     text = SCENARIO.replace("DESIGN", "nvrx-async").replace('backend = "gloo"', 'backend = "auto"')
-    why = unavailable("nvrx-async", "auto", 4)
+    why = unavailable("nvrx-async", "auto", 2)
     if why is None:
         pytest.skip("this machine has a GPU per rank: nvrx-async runs here")
     report = run_scenario(text)

@@ -104,7 +104,7 @@ SHORT = """
 name = "short"
 [workload]
 kind = "ddp"
-world_size = 3
+world_size = 2
 steps = 400
 pg_timeout_s = 10
 [[faults]]

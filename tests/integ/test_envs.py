@@ -28,7 +28,7 @@ SCENARIO = """
 name = "envs"
 [workload]
 kind = "ddp"
-world_size = 3
+world_size = 2
 steps = 120
 pg_timeout_s = 10
 [[faults]]

@@ -30,7 +30,7 @@ SCENARIO = """
 name = "exposure"
 [workload]
 kind = "ddp"
-world_size = 3
+world_size = 2
 steps = {steps}
 pg_timeout_s = 10
 [[faults]]

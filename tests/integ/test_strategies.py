@@ -15,7 +15,7 @@ RESTART = """
 name = "restart"
 [workload]
 kind = "ddp"
-world_size = 3
+world_size = 2
 steps = 100
 pg_timeout_s = 10
 [[faults]]
