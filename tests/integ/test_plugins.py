@@ -19,7 +19,7 @@ SCENARIO = """
 name = "plugin"
 [workload]
 kind = "ddp"
-world_size = 3
+world_size = 2
 steps = 60
 pg_timeout_s = 10
 [[faults]]

@@ -31,6 +31,9 @@ strategy = "failstop"
 [measure]
 trials = {trials}
 deadline_s = 60
+# Forked ranks where a test is about the results folder, not about how ranks start.
+[launch]
+start_method = "{start}"
 """
 FTBENCH = [sys.executable, "-m", "bench"]
 
@@ -71,7 +74,7 @@ def test_a_full_disk_ends_the_run_with_every_finished_trial_whole(tmp_path: Path
     ballast = os.statvfs(out).f_bavail * os.statvfs(out).f_frsize - MIN_FREE - 300_000
     (out / "ballast").write_bytes(b"\0" * ballast)
     scenario = tmp_path / "disk.toml"
-    scenario.write_text(SCENARIO.format(steps=400, trials=10))
+    scenario.write_text(SCENARIO.format(steps=400, trials=10, start="forkserver"))
     done = _ftbench("run", str(scenario), "--out", str(out))
     assert done.returncode == 1, done.stderr
     line = _one_line(done.stderr)
@@ -88,7 +91,7 @@ def test_a_full_disk_ends_the_run_with_every_finished_trial_whole(tmp_path: Path
 def test_a_read_only_results_directory_is_one_line(tmp_path: Path, tmpfs) -> None:
     out = tmpfs("ro", "ro,size=1m")
     scenario = tmp_path / "disk.toml"
-    scenario.write_text(SCENARIO.format(steps=20, trials=1))
+    scenario.write_text(SCENARIO.format(steps=20, trials=1, start="forkserver"))
     done = _ftbench("run", str(scenario), "--out", str(out))
     assert done.returncode == 1
     assert "Read-only file system (EROFS)" in _one_line(done.stderr)
@@ -97,7 +100,8 @@ def test_a_read_only_results_directory_is_one_line(tmp_path: Path, tmpfs) -> Non
 @pytest.mark.timeout(300)
 def test_a_second_harness_on_a_live_run_is_refused_and_report_reads_what_is_finished(tmp_path: Path) -> None:
     scenario = tmp_path / "disk.toml"
-    scenario.write_text(SCENARIO.format(steps=200, trials=2))
+    # spawned ranks: the run must still be going when the report reads it
+    scenario.write_text(SCENARIO.format(steps=200, trials=2, start="spawn"))
     out = tmp_path / "results"
     first = subprocess.Popen([*FTBENCH, "run", str(scenario), "--out", str(out)], stderr=subprocess.PIPE, text=True)
     try:
