@@ -7,10 +7,13 @@ run:
 
 # Two workers (most integration tests wait on timeouts and restarts), then the tests that
 # read or change machine-wide state one at a time (marker `alone`; docs/development.md).
+# Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is
+# set: every pytest process and the hundreds of processes the tests start would otherwise
+# compile (and pytest rewrite) the same modules again.
 test:
 	@tools/bootstrap.sh --test
-	.venv/bin/python -m pytest -n 2 --dist worksteal -m "not slow and not alone"; parallel=$$?; \
-	.venv/bin/python -m pytest -m "alone and not slow"; alone=$$?; \
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -n 2 --dist worksteal -m "not slow and not alone"; parallel=$$?; \
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -m "alone and not slow"; alone=$$?; \
 	exit $$(( parallel || alone ))
 
 # Every test, the slow ones too (about 25 minutes on 2 cores; installs Slurm as root, and
