@@ -17,6 +17,8 @@ import torch.distributed as dist
 from bench.procs.hygiene import marked_pids
 from bench.procs.launcher import LaunchError, LocalLauncher, ProcessHost
 
+pytestmark = pytest.mark.integ
+
 
 @pytest.mark.timeout(120)
 def test_a_client_that_connects_before_the_store_serves_is_answered(host: ProcessHost, tmp_path: Path) -> None:
