@@ -25,6 +25,17 @@ def test_the_site_is_where_the_users_code_saw_the_exception() -> None:
     assert err is not None and (err.how, err.site) == ("peer_closed", "backward")
 
 
+def test_the_innermost_site_names_the_failure_and_one_site_serves_every_step() -> None:
+    backward = site("backward")
+    for _ in range(2):  # one instance, entered again each step (as the all_reduce wrapper's)
+        with pytest.raises(RuntimeError) as info, site("step"), backward:
+            raise RuntimeError("Connection closed by peer")
+        assert info.value.site == "backward"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError) as bug, backward:
+        raise ValueError("not a collective's")
+    assert not hasattr(bug.value, "site")
+
+
 def test_the_stock_path_has_no_interposer_unless_a_fault_or_the_scenario_asks() -> None:
     assert StockCollectives(group_rank=0, group_size=2).interposer == "none"
     assert StockCollectives(group_rank=0, group_size=2, interpose=True).interposer == "all_reduce-wrapper"
