@@ -57,6 +57,9 @@ class Measured:
     harness_cpu_share: float = math.nan
     """ftbench's harness process: its CPU time over the trial's wall time (its start,
     its driver loop and its teardown; NaN for the bare loop, which has none)."""
+    between_s: float = math.nan
+    """ftbench's own code in a rank between two steps (the step event and the fail-stop
+    policy), wall time per step, the mean over the ranks (NaN for the bare loop)."""
 
 
 Round = dict[str, Measured]
@@ -104,10 +107,16 @@ def ftbench_run(
         raise RuntimeError(f"the ftbench run of {workload} did not complete ({result.outcome})")
     ranks = [e for e in result.events if e.get("src") == "rank" and e["event"] in ("train_start", "train_end")]
     cpu = sum(float(e["cpu_s"]) * (1 if e["event"] == "train_end" else -1) for e in ranks)
+    between = [float(e["between_s"]) for e in ranks if e["event"] == "train_end"]
     trial_span = [e for e in result.events if e.get("src") == "harness" and e["event"] in ("trial_start", "trial_end")]
     first, last = trial_span[0], trial_span[-1]
     harness = (float(last["cpu_s"]) - float(first["cpu_s"])) / ((last["t"] - first["t"]) / 1e9)
-    return Measured(step_s=result.facts.ff_step_s, cpu_step_s=cpu / steps, harness_cpu_share=harness)
+    return Measured(
+        step_s=result.facts.ff_step_s,
+        cpu_step_s=cpu / steps,
+        harness_cpu_share=harness,
+        between_s=statistics.fmean(between) / steps,
+    )
 
 
 def bare_run(workload: str, *, steps: int, world_size: int, out: Path) -> Measured:
