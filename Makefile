@@ -27,10 +27,11 @@ unit:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest tests/unit -q
 
+# ROUNDS=N: more paired rounds of the harness-cost benchmark than its nine (a narrower interval).
 bench:
 	@tools/bootstrap.sh --test
 	@mkdir -p results
-	.venv/bin/python -m pytest tests/bench -s -o addopts="-ra" --benchmark-enable --benchmark-json=results/benchmarks.json
+	$(if $(ROUNDS),FTBENCH_COST_ROUNDS=$(ROUNDS)) .venv/bin/python -m pytest tests/bench -s -o addopts="-ra" --benchmark-enable --benchmark-json=results/benchmarks.json
 
 lint:
 	@tools/bootstrap.sh --test
