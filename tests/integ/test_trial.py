@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from bench.procs.events import read_events
 from tests.integ.conftest import at_timeout, rows
 
 pytestmark = pytest.mark.integ
@@ -96,6 +97,14 @@ def test_stall_within_the_timeout_is_absorbed(run_scenario) -> None:
     (r,) = rows(report)
     assert r["outcome"] == "absorbed", r
     assert r["ttd_s"] is None
+    # between_s (train_end): the time between a rank's steps. Steps and the gaps between
+    # them are disjoint spans of its training, so together they cannot exceed it.
+    events = read_events(next(report.rundir.path.glob("events/*/0")))
+    for rank in range(3):
+        mine = [e for e in events if e.get("src") == "rank" and e.get("rank") == rank]
+        start, end = (next(e for e in mine if e["event"] == name) for name in ("train_start", "train_end"))
+        steps = sum(e["step_s"] for e in mine if e["event"] == "step_end")
+        assert end["between_s"] > 0 and steps + end["between_s"] <= (end["t"] - start["t"]) / 1e9, end
 
 
 @pytest.mark.timeout(180)
