@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from bench.procs.events import Event
@@ -70,15 +69,6 @@ def test_gradient_is_the_global_mean_whatever_the_world() -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-7)
     assert any(float(g.abs().sum()) > 0 for g in four)
-
-
-@pytest.fixture
-def lone_group(tmp_path: Path) -> Any:
-    """A real one-rank gloo group (a file store: no port), so steps run as in a rank."""
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield StockCollectives(group_rank=0, group_size=1)
-    dist.destroy_process_group()
 
 
 def test_the_data_position_travels_with_the_state(lone_group: StockCollectives) -> None:
