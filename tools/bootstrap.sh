@@ -23,7 +23,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
-# Packages go in with uv where it can be had (a fresh set-up in about a third of pip's
+# Packages go in with uv where it can be had (a fresh set-up in about half of pip's
 # time, which counts against `make test` on every fresh clone), else with pip. uv reads
 # neither pip's configuration nor its cap, so pip's local wheel folders (PIP_FIND_LINKS)
 # are passed on, and torch is named exactly; bytecode is compiled at install, as pip does.
