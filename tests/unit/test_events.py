@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from bench.procs.events import EventTail, EventWriter, read_events
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.procs.events import EventTail, EventWriter, _encode, read_events
 
 
 def test_writer_and_tail(tmp_path: Path) -> None:
@@ -32,3 +37,36 @@ def test_read_events_orders_by_time_and_skips_a_cut_line(tmp_path: Path) -> None
     (tmp_path / "a.jsonl").write_text('{"t": 3, "event": "c"}\n{"t": 1, "event": "a"}\n')
     (tmp_path / "b.jsonl").write_text('{"t": 2, "event": "b"}\n{"t": 4, "eve')
     assert [e["event"] for e in read_events(tmp_path)] == ["a", "b", "c"]
+
+
+_VALUES = st.one_of(
+    st.integers(),
+    st.floats(),  # NaN and the infinities too: those lines take the encoder
+    st.booleans(),
+    st.none(),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.dictionaries(st.sampled_from(["src", "rank", "host", "trial"]), _VALUES, max_size=3),
+    fields=st.dictionaries(st.text(min_size=1, max_size=6), _VALUES, max_size=6),
+)
+def test_every_line_is_the_encoders_line(tmp_path_factory: pytest.TempPathFactory, base: dict, fields: dict) -> None:
+    """The numbers-only template and the JSON encoder write the same line, whatever the
+    fields (keys that are no identifiers, that repeat a base field, values of any kind)."""
+    path = tmp_path_factory.mktemp("ev") / "a.jsonl"
+    w = EventWriter(path, **base)
+    w.emit("step_end", **fields)
+    w.emit("step_end", **fields)  # the second from the cached template
+    w.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        got = json.loads(line)
+        expected = {"t": got["t"], "wall": got["wall"], "event": "step_end", **w.base, **fields}
+        assert list(got) == list(expected)
+        assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+        assert line == _encode(expected)
