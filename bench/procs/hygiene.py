@@ -51,20 +51,46 @@ def redirect_output(path: str | Path) -> None:
     os.close(fd)
 
 
+EXEC_SETTLE_S = 0.05
+"""How long :func:`marked` looks again at a process that reads as having no environment:
+one inside ``execve(2)`` (its old memory given up, the new environment not yet set up)
+does, and a parent's ``Popen`` can return in that window (a fifth of the time here)."""
+_PF_KTHREAD = 0x00200000
+
+
+def environ(pid: int) -> bytes | None:
+    """The environment ``pid`` was executed with; None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+
+
+def settling(pid: int) -> bool:
+    """A live user process (no kernel thread, no zombie): its empty environment may be
+    an ``execve(2)`` still under way."""
+    fields = stat_fields(pid)
+    return len(fields) > 6 and fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
+
+
 def marked() -> dict[int, str]:
     """pid -> run id of every process whose environment at exec carried the marker."""
     prefix = f"{MARKER}=".encode()
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for item in env.split(b"\0"):
+    envs = {int(e.name): environ(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit()}
+    unsettled = [pid for pid, env in envs.items() if env == b"" and settling(pid)]
+    deadline = time.monotonic() + EXEC_SETTLE_S
+    while unsettled and time.monotonic() < deadline:
+        time.sleep(0.001)
+        for pid in list(unsettled):
+            env = environ(pid)
+            if env or env is None or not settling(pid):
+                envs[pid] = env
+                unsettled.remove(pid)
+    for pid, env in envs.items():
+        for item in (env or b"").split(b"\0"):
             if item.startswith(prefix):
-                found[int(entry.name)] = item[len(prefix) :].decode(errors="replace")
+                found[pid] = item[len(prefix) :].decode(errors="replace")
                 break
     return found
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.procs.hygiene import MARKER, stat_fields
+from bench.procs.hygiene import MARKER, environ, settling, stat_fields
 
 SAMPLE_S = 0.1
 """Sampling period: it bounds the resolution of the job-wide peak and of the counters'
@@ -161,7 +161,9 @@ class Sampler:
             live.add(pid)
             ours = self._seen.get(pid)
             if ours is None:
-                ours = self._seen[pid] = _marked(pid, self.run_id)
+                ours = _marked(pid, self.run_id)
+                if ours is not None:
+                    self._seen[pid] = ours
             if ours and pid not in exclude:
                 out.append(pid)
         for pid in [p for p in self._seen if p not in live]:
@@ -169,11 +171,14 @@ class Sampler:
         return out
 
 
-def _marked(pid: int, run_id: str) -> bool:
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+def _marked(pid: int, run_id: str) -> bool | None:
+    """Whether ``pid`` belongs to the run; None while it cannot tell yet (a process inside
+    ``execve(2)`` reads as having no environment), so that it is read again next time."""
+    env = environ(pid)
+    if env is None:
         return False
+    if env == b"" and settling(pid):
+        return None
     return f"{MARKER}={run_id}".encode() in env.split(b"\0")
 
 

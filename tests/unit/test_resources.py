@@ -136,3 +136,25 @@ def test_no_sampling_no_figures_and_too_short_a_window_no_wire() -> None:
 
 def test_processes_are_named_by_what_they_log_or_by_their_parent() -> None:
     assert roles(_trial([])) == {"rank": 2, "store": 1, "rank's child": 1}
+
+
+@pytest.mark.timeout(120)
+def test_sampler_counts_a_process_sampled_inside_its_exec() -> None:
+    """A process first sampled inside ``execve(2)`` (no environment to read yet) is read
+    again, not remembered as another run's."""
+    for _ in range(5):
+        slow_exec = ["x"] * 100_000  # the kernel walks them before it sets up the environment
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(30)", *slow_exec], env=os.environ | {MARKER: "t-res"}
+        )
+        try:
+            sampler = Sampler(run_id="t-res", exclude=set)
+            sampler.sample()  # inside the exec: no environment to read yet
+            deadline = time.monotonic() + 10
+            while child.pid not in sampler.procs and time.monotonic() < deadline:
+                time.sleep(0.02)
+                sampler.sample()
+            assert str(child.pid) in sampler.stop()["procs"]
+        finally:
+            child.kill()
+            child.wait()
