@@ -5,8 +5,10 @@
   watched through a pidfd (the kernel wakes the watcher when the process exits); for
   SIGSTOP, the process state turning to ``T`` in ``/proc``. Both observations add their
   own small latency (a wake-up, a read), so the figures are upper bounds.
-- **One event.** What ``EventWriter.emit`` costs (one JSON encode and one ``write(2)``
-  on an ``O_APPEND`` file), the price every step of every rank pays for being observed.
+- **One event.** What ``EventWriter.emit`` costs for a step-sized event (formatting it
+  and one ``write(2)`` on an ``O_APPEND`` file), warm: the price every step of every rank
+  pays for being observed, before the cold caches a rank meets after a collective
+  multiply it (docs/calibration.md).
 """
 
 from __future__ import annotations
