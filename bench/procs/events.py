@@ -82,7 +82,8 @@ class EventWriter:
         else:
             template = self._templates[keys] = _numbers_template(keys, self.base)
         values = tuple(fields.values())
-        if template is not None and all(type(v) is int or (type(v) is float and v - v == 0) for v in values):
+        numbers = all(type(v) is int or (type(v) is float and v - v == 0) for v in values)
+        if template is not None and type(t) is int and numbers:
             head = f'{{"t": {t}, "wall": {time.time_ns()}, "event": {_encode(event)}{self._base_json}'
             line = f"{head}{template % values}}}\n"
         else:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bench.procs.events import EventTail, EventWriter, _encode, read_events
@@ -52,20 +52,27 @@ _VALUES = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(
     base=st.dictionaries(st.sampled_from(["src", "rank", "host", "trial"]), _VALUES, max_size=3),
-    fields=st.dictionaries(st.text(min_size=1, max_size=6), _VALUES, max_size=6),
+    # every key but "event" (the event's name, a parameter): "t" is one too, a stamp
+    fields=st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k != "event"), _VALUES, max_size=6),
 )
+@example(base={}, fields={"t": False})
+@example(base={}, fields={"t": float("nan"), "x": 1})
+@example(base={}, fields={"t": None, "wall": 1})
+@example(base={"rank": 0}, fields={"rank": 1.5, "step": 2})
 def test_every_line_is_the_encoders_line(tmp_path_factory: pytest.TempPathFactory, base: dict, fields: dict) -> None:
     """The numbers-only template and the JSON encoder write the same line, whatever the
     fields (keys that are no identifiers, that repeat a base field, values of any kind)."""
     path = tmp_path_factory.mktemp("ev") / "a.jsonl"
+    stamp = fields.pop("t", None)  # the stamp parameter: None is now
     w = EventWriter(path, **base)
-    w.emit("step_end", **fields)
-    w.emit("step_end", **fields)  # the second from the cached template
+    w.emit("step_end", t=stamp, **fields)
+    w.emit("step_end", t=stamp, **fields)  # the second from the cached template
     w.close()
     lines = path.read_text().splitlines()
     assert len(lines) == 2
     for line in lines:
         got = json.loads(line)
+        assert _encode(got["t"]) == _encode(stamp) if stamp is not None else type(got["t"]) is int
         expected = {"t": got["t"], "wall": got["wall"], "event": "step_end", **w.base, **fields}
         assert list(got) == list(expected)
         assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
