@@ -48,7 +48,10 @@ _RESERVED = frozenset(("t", "wall", "event"))
 def _numbers_template(keys: tuple[str, ...], base: dict[str, Any]) -> str | None:
     """``, "k": %r`` for each key: the tail of an event whose fields are all plain
     numbers, filled by one ``%`` (an int's and a finite float's ``repr`` are their JSON);
-    None where a key is not a plain ASCII identifier or would replace a base field."""
+    None where a key is not a plain ASCII identifier or would replace a base field, or
+    where a base field would replace one of the line's own (``t``, ``wall``, ``event``)."""
+    if not base.keys().isdisjoint(_RESERVED):
+        return None
     if any(not (k.isascii() and k.isidentifier()) or k in base or k in _RESERVED for k in keys):
         return None
     return "".join(f', "{k}": %r' for k in keys)
@@ -77,13 +80,16 @@ class EventWriter:
         encoder's path cost ten times its warm time (docs/calibration.md)."""
         t = time.monotonic_ns() if t is None else t
         keys = tuple(fields)
-        if keys in self._templates:
+        try:
             template = self._templates[keys]
-        else:
+        except KeyError:
             template = self._templates[keys] = _numbers_template(keys, self.base)
         values = tuple(fields.values())
-        numbers = all(type(v) is int or (type(v) is float and v - v == 0) for v in values)
-        if template is not None and type(t) is int and numbers:
+        if (
+            template is not None
+            and type(t) is int
+            and all(type(v) is int or (type(v) is float and v - v == 0) for v in values)
+        ):
             head = f'{{"t": {t}, "wall": {time.time_ns()}, "event": {_encode(event)}{self._base_json}'
             line = f"{head}{template % values}}}\n"
         else:

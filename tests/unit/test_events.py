@@ -51,7 +51,7 @@ _VALUES = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    base=st.dictionaries(st.sampled_from(["src", "rank", "host", "trial"]), _VALUES, max_size=3),
+    base=st.dictionaries(st.sampled_from(["src", "rank", "host", "wall", "event"]), _VALUES, max_size=3),
     # every key but "event" (the event's name, a parameter): "t" is one too, a stamp
     fields=st.dictionaries(st.text(min_size=1, max_size=6).filter(lambda k: k != "event"), _VALUES, max_size=6),
 )
@@ -59,6 +59,7 @@ _VALUES = st.one_of(
 @example(base={}, fields={"t": float("nan"), "x": 1})
 @example(base={}, fields={"t": None, "wall": 1})
 @example(base={"rank": 0}, fields={"rank": 1.5, "step": 2})
+@example(base={"wall": 0}, fields={"step": 2})
 def test_every_line_is_the_encoders_line(tmp_path_factory: pytest.TempPathFactory, base: dict, fields: dict) -> None:
     """The numbers-only template and the JSON encoder write the same line, whatever the
     fields (keys that are no identifiers, that repeat a base field, values of any kind)."""
