@@ -75,7 +75,6 @@ def settling(pid: int) -> bool:
 
 def marked() -> dict[int, str]:
     """pid -> run id of every process whose environment at exec carried the marker."""
-    prefix = f"{MARKER}=".encode()
     found = {}
     envs = {int(e.name): environ(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit()}
     unsettled = [pid for pid, env in envs.items() if env == b"" and settling(pid)]
@@ -88,11 +87,19 @@ def marked() -> dict[int, str]:
                 envs[pid] = env
                 unsettled.remove(pid)
     for pid, env in envs.items():
-        for item in (env or b"").split(b"\0"):
-            if item.startswith(prefix):
-                found[pid] = item[len(prefix) :].decode(errors="replace")
-                break
+        run = run_of(env or b"")
+        if run is not None:
+            found[pid] = run
     return found
+
+
+def run_of(env: bytes) -> str | None:
+    """The run id an environment (``/proc/PID/environ``) carries, if any."""
+    prefix = f"{MARKER}=".encode()
+    for item in env.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode(errors="replace")
+    return None
 
 
 def marked_pids(run_id: str) -> list[int]:

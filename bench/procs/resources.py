@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.procs.hygiene import MARKER, environ, settling, stat_fields
+from bench.procs.hygiene import environ, run_of, settling, stat_fields
 
 SAMPLE_S = 0.1
 """Sampling period: it bounds the resolution of the job-wide peak and of the counters'
@@ -179,7 +179,7 @@ def _marked(pid: int, run_id: str) -> bool | None:
         return False
     if env == b"" and settling(pid):
         return None
-    return f"{MARKER}={run_id}".encode() in env.split(b"\0")
+    return run_of(env) == run_id
 
 
 def _status(pid: int) -> dict[str, int] | None:

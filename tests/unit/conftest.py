@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
+from bench.procs.hygiene import MARKER
 from bench.rank.comm import StockCollectives
+
+SLOW_EXEC = ["x"] * 100_000
+"""Arguments that hold a child inside ``execve(2)`` for a while (about 4 ms here): the
+kernel walks them before it sets up the new environment, which reads as empty until
+then. ``Popen`` returns in that window (without them about one time in five here);
+with them whatever looks right after meets it every time."""
+
+
+def start_in_exec(run_id: str) -> subprocess.Popen[bytes]:
+    """A child of run ``run_id`` (by its marker) that is still inside its exec when this
+    returns, and then sleeps; the caller kills it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", *SLOW_EXEC], env=os.environ | {MARKER: run_id}
+    )
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from bench.procs.hygiene import MARKER
 from bench.procs.resources import Counter, Sampler
 from bench.results.resources import resource_figures, roles
+from tests.unit.conftest import start_in_exec
 
 HOLD = 64 * 1024 * 1024
 
@@ -143,10 +144,7 @@ def test_sampler_counts_a_process_sampled_inside_its_exec() -> None:
     """A process first sampled inside ``execve(2)`` (no environment to read yet) is read
     again, not remembered as another run's."""
     for _ in range(5):
-        slow_exec = ["x"] * 100_000  # the kernel walks them before it sets up the environment
-        child = subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(30)", *slow_exec], env=os.environ | {MARKER: "t-res"}
-        )
+        child = start_in_exec("t-res")
         try:
             sampler = Sampler(run_id="t-res", exclude=set)
             sampler.sample()  # inside the exec: no environment to read yet
