@@ -27,11 +27,12 @@ unit:
 	@tools/bootstrap.sh --test
 	.venv/bin/python -m pytest tests/unit -q
 
-# ROUNDS=N: more paired rounds of the harness-cost benchmark than its nine (a narrower interval).
+# ROUNDS=N: paired rounds of the harness-cost benchmark per workload (9); MINUTES=M: keep adding
+# rounds, up to M minutes per workload, until the wall-time ratio is resolved to 2 points.
 bench:
 	@tools/bootstrap.sh --test
 	@mkdir -p results
-	$(if $(ROUNDS),FTBENCH_COST_ROUNDS=$(ROUNDS)) .venv/bin/python -m pytest tests/bench -s -o addopts="-ra" --benchmark-enable --benchmark-json=results/benchmarks.json
+	$(if $(ROUNDS),FTBENCH_COST_ROUNDS=$(ROUNDS)) $(if $(MINUTES),FTBENCH_COST_MINUTES=$(MINUTES)) .venv/bin/python -m pytest tests/bench -s -o addopts="-ra" --benchmark-enable --benchmark-json=results/benchmarks.json
 
 lint:
 	@tools/bootstrap.sh --test

@@ -26,6 +26,7 @@ import math
 import statistics
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,10 @@ STEPS_LEFT_OUT = 20
 
 
 PATHS = ("bare", "ftbench", "interposed")
+
+TARGET_WIDTH = 0.02
+"""The width of the 95 % interval of ftbench's wall-time ratio (``ftbench`` over
+``bare``, ``step_s``) at which the benchmark counts the harness's cost as resolved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +80,43 @@ class Ratio:
     high: float
     """The bootstrap 95 % interval of that median."""
 
+    @property
+    def width(self) -> float:
+        return self.high - self.low
+
 
 def paired(found: list[Round], path: str, figure: str) -> Ratio:
     """``path`` over the bare loop for ``figure`` (``step_s`` or ``cpu_step_s``)."""
     ratios = [getattr(r[path], figure) / getattr(r["bare"], figure) for r in found]
     ci = stats.bootstrap_median_ci(ratios)
     return Ratio(stats.median(ratios), ci.low, ci.high)
+
+
+def resolved(found: list[Round], width: float = TARGET_WIDTH) -> bool:
+    """Whether ftbench's wall-time ratio is known to within ``width`` (95 %)."""
+    return paired(found, "ftbench", "step_s").width <= width
+
+
+def rounds_to_resolve(found: list[Round], width: float = TARGET_WIDTH) -> int:
+    """About how many rounds would narrow the wall-time ratio's interval to ``width``,
+    at the spread these rounds show: an interval narrows as one over the square root of
+    the rounds, so this is a projection, not a promise (the spread itself is estimated)."""
+    now = paired(found, "ftbench", "step_s").width
+    if math.isnan(now):
+        return 0
+    return max(len(found), math.ceil(len(found) * (now / width) ** 2))
+
+
+def keep_going(found: list[Round], *, count: int, budget_s: float, spent_s: float, width: float = TARGET_WIDTH) -> bool:
+    """Whether to run another round: always until ``count``, then while the interval is
+    wider than ``width`` and another round, as long as the average one so far, still
+    ends within ``budget_s`` of the first round's start. Stopping on a narrow interval
+    can stop on a lucky one; ``count`` rounds first keeps that from happening early."""
+    if len(found) < count:
+        return True
+    if resolved(found, width):
+        return False
+    return spent_s + spent_s / len(found) <= budget_s
 
 
 def ftbench_run(
@@ -157,9 +193,10 @@ def bare_run(workload: str, *, steps: int, world_size: int, out: Path) -> Measur
     )
 
 
-def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4) -> list[Round]:
-    """``count`` rounds of the three fault-free runs, in a rotating order."""
-    found = []
+def rounds(workload: str, *, count: int, budget_s: float = 0.0, steps: int = 1000, world_size: int = 4) -> list[Round]:
+    """Rounds of the three fault-free runs, in a rotating order: ``count`` of them, then
+    more while :func:`keep_going` says so."""
+    found: list[Round] = []
     with tempfile.TemporaryDirectory(prefix="ftbench-cost-") as tmp, ProcessHost() as host:
 
         def run(path: str, i: int) -> Measured:
@@ -175,7 +212,9 @@ def rounds(workload: str, *, count: int, steps: int = 1000, world_size: int = 4)
                 interposer="always" if path == "interposed" else "auto",
             )
 
-        for i in range(count):
+        start = time.monotonic()
+        while keep_going(found, count=count, budget_s=budget_s, spent_s=time.monotonic() - start):
+            i = len(found)
             order = PATHS[i % 3 :] + PATHS[: i % 3]
             found.append({path: run(path, i) for path in order})
     return found
