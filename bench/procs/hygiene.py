@@ -66,9 +66,12 @@ def environ(pid: int) -> bytes | None:
         return None
 
 
-def settling(pid: int) -> bool:
-    """A live user process (no kernel thread, no zombie): its empty environment may be
-    an ``execve(2)`` still under way."""
+def settling(pid: int, env: bytes | None) -> bool:
+    """Whether ``env``, just read from ``pid``, may not be its environment yet: it is
+    empty and ``pid`` a live user process (no kernel thread, no zombie), which is what
+    one inside ``execve(2)`` looks like."""
+    if env != b"":
+        return False
     fields = stat_fields(pid)
     return len(fields) > 6 and fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
 
@@ -77,13 +80,13 @@ def marked() -> dict[int, str]:
     """pid -> run id of every process whose environment at exec carried the marker."""
     found = {}
     envs = {int(e.name): environ(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit()}
-    unsettled = [pid for pid, env in envs.items() if env == b"" and settling(pid)]
+    unsettled = [pid for pid, env in envs.items() if settling(pid, env)]
     deadline = time.monotonic() + EXEC_SETTLE_S
     while unsettled and time.monotonic() < deadline:
         time.sleep(0.001)
         for pid in list(unsettled):
             env = environ(pid)
-            if env or env is None or not settling(pid):
+            if not settling(pid, env):
                 envs[pid] = env
                 unsettled.remove(pid)
     for pid, env in envs.items():

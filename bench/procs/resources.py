@@ -177,7 +177,7 @@ def _marked(pid: int, run_id: str) -> bool | None:
     env = environ(pid)
     if env is None:
         return False
-    if env == b"" and settling(pid):
+    if settling(pid, env):
         return None
     return run_of(env) == run_id
 
