@@ -49,6 +49,8 @@ PATHS = ("bare", "ftbench", "interposed")
 TARGET_WIDTH = 0.02
 """The width of the 95 % interval of ftbench's wall-time ratio (``ftbench`` over
 ``bare``, ``step_s``) at which the benchmark counts the harness's cost as resolved."""
+TARGET_RATIO = 1.02
+"""The most ftbench may cost a fault-free step: its wall-time ratio over the bare loop."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,16 @@ from dataclasses import asdict
 
 import pytest
 
-from bench.calibrate.harness_cost import PATHS, TARGET_WIDTH, Round, paired, resolved, rounds, rounds_to_resolve
+from bench.calibrate.harness_cost import (
+    PATHS,
+    TARGET_RATIO,
+    TARGET_WIDTH,
+    Round,
+    paired,
+    resolved,
+    rounds,
+    rounds_to_resolve,
+)
 from bench.pytest_plugin import store_rounds
 
 ROUNDS_ENV = "FTBENCH_COST_ROUNDS"
@@ -90,23 +99,23 @@ def test_fault_free_step_time_ftbench_over_bare(benchmark, workload: str) -> Non
 
 def _verdict(found: list[Round], spent_s: float) -> str:
     """The wall-time ratio against the targets: resolved to :data:`TARGET_WIDTH`, and at
-    most 1 + that (the whole interval under it, or over it, or straddling it)."""
+    most :data:`TARGET_RATIO` (the whole interval under it, or over it, or straddling it)."""
     wall = paired(found, "ftbench", "step_s")
     per_round = spent_s / len(found)
     if wall.width <= TARGET_WIDTH:
-        resolved = f"resolved: the interval is {wall.width:.3f} wide (at most {TARGET_WIDTH})"
+        width = f"resolved: the interval is {wall.width:.3f} wide (at most {TARGET_WIDTH})"
     else:
         need = rounds_to_resolve(found)
-        resolved = (
+        width = (
             f"NOT resolved: the interval is {wall.width:.3f} wide after {len(found)} rounds "
             f"({spent_s / 60:.1f} min); at this spread about {need} rounds "
             f"(make bench MINUTES={math.ceil(need * per_round / 60)}) would narrow it to {TARGET_WIDTH}"
         )
-    limit = 1 + TARGET_WIDTH
-    if wall.high <= limit:
-        cost = f"ftbench costs at most {TARGET_WIDTH:.0%} of a step (the interval lies under {limit})"
-    elif wall.low > limit:
-        cost = f"ftbench costs MORE than {TARGET_WIDTH:.0%} of a step (the interval lies over {limit})"
+    share = f"{TARGET_RATIO - 1:.0%} of a step"
+    if wall.high <= TARGET_RATIO:
+        cost = f"ftbench costs at most {share} (the interval lies under {TARGET_RATIO})"
+    elif wall.low > TARGET_RATIO:
+        cost = f"ftbench costs MORE than {share} (the interval lies over {TARGET_RATIO})"
     else:
-        cost = f"whether ftbench costs more than {TARGET_WIDTH:.0%} of a step is not resolved ({limit} lies inside)"
-    return f"  verdict: {resolved}\n  verdict: {cost}"
+        cost = f"whether ftbench costs more than {share} is not resolved ({TARGET_RATIO} lies inside)"
+    return f"  verdict: {width}\n  verdict: {cost}"
