@@ -36,6 +36,6 @@ bench:
 
 lint:
 	@tools/bootstrap.sh --test
-	.venv/bin/ruff check bench injectors tests tools
-	.venv/bin/ruff format --check bench injectors tests tools
+	.venv/bin/ruff check bench injectors tests tools examples
+	.venv/bin/ruff format --check bench injectors tests tools examples
 	.venv/bin/mypy
