@@ -5,11 +5,13 @@ is plain PyTorch. It trains the same thing ftbench's workloads do (a 1 MiB all_r
 loop, or the same MLP under plain DistributedDataParallel with its built-in reducer),
 the way a user writes it: blocking collectives, ``loss.backward()``, ``opt.step()``.
 
-It writes three JSON lines to OUT and nothing else: ``ready`` once warmed up (with the
-median step time, so the harness can aim an injection at a random moment of a step),
+It writes four JSON lines to OUT and nothing else: ``started`` after its first step (the
+harness counts time in training from it), ``ready`` once warmed up (with the median
+step time, so the harness can aim an injection at a random moment of a step),
 ``raised`` at the moment a collective raises (``time.monotonic_ns()`` in the except
-clause, the first thing it does), and ``done`` with its step times and the CPU time its
-steps took (``cpu_s``, every thread of the process) if training ends.
+clause, the first thing it does; then it ends at once with ``os._exit``), and ``done``
+with its step times and the CPU time its steps took (``cpu_s``, every thread of the
+process) if training ends.
 
     python bare_rank.py --out OUT --store HOST:PORT --rank R --world-size N \
         --workload ddp|allreduce --steps S --warmup W --timeout-s T [--backend gloo]
@@ -118,8 +120,10 @@ def main() -> int:
         except RuntimeError as err:  # what torch.distributed raises (DistError included)
             t = time.monotonic_ns()
             _line(a.out, event="raised", t=t, rank=a.rank, step=i, error=str(err)[:300])
-            os._exit(1)
+            os._exit(1)  # at once, as ftbench's fail-stop rank ends by default (exit = "immediate")
         times.append(time.perf_counter() - start)
+        if i == 1:
+            _line(a.out, event="started", t=time.monotonic_ns(), rank=a.rank)
         if i == a.warmup:
             _line(a.out, event="ready", t=time.monotonic_ns(), rank=a.rank, step_s=statistics.median(times[5:]))
     _line(a.out, event="done", t=time.monotonic_ns(), rank=a.rank, step_s=times, cpu_s=time.process_time() - cpu)

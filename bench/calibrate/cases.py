@@ -1,8 +1,12 @@
 """What calibration compares: a fault, a workload and a timeout, run both ways.
 
 The ftbench side of a case is an ordinary scenario (fail-stop, the stock stack; the
-injection spread uniformly over a step with ``jitter = "step"``, as the bare side
-spreads its own), so it runs through the same code as every ``ftbench run``.
+injection spread uniformly over a step with ``jitter = "step"``, as the reference loops
+spread theirs), so it runs through the same code as every ``ftbench run``. Each case
+names the loop it is compared with: ``bare`` (``bare_rank.py``, the ddp and allreduce
+workloads' computation transcribed without ftbench's code) or ``user`` (the plain DDP
+script of ``examples/ddp/train.py``, written as users write one and independent of
+ftbench's workload code). Both sides are faulted at the same :class:`Moment`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,44 @@ from bench.scenario.loader import parse
 from bench.scenario.model import Scenario
 
 STEPS_BEFORE_FAULT = 30
-"""Steps before the injection: both sides are in their steady state by then."""
+"""Steps the reference loops time before the injection can come (their step time is the
+median of these), and the default moment's step."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Moment:
+    """When in a job's life the fault comes, the same for every side of a comparison:
+    after step ``at_step``, or ``after_s`` seconds after the first step, then at a
+    uniformly drawn moment of the next step."""
+
+    at_step: int | None = None
+    after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.at_step is None) == (self.after_s is None):
+            raise ValueError("a moment is exactly one of at_step and after_s")
+
+    def trigger(self) -> dict[str, Any]:
+        """The scenario trigger of this moment."""
+        when: dict[str, Any] = {"at_step": self.at_step} if self.at_step is not None else {"after_s": self.after_s}
+        return when | {"jitter": "step"}
+
+    def reached(self, step: int, since_first_step_s: float | None) -> bool:
+        """Whether a loop that has finished ``step`` steps, the first of them
+        ``since_first_step_s`` ago (None before it), has come to this moment."""
+        if self.at_step is not None:
+            return step >= self.at_step
+        return since_first_step_s is not None and since_first_step_s >= (self.after_s or 0.0)
+
+    def upper_s(self, step_s: float = 0.05) -> float:
+        """A generous bound on how long a job takes to get there (for deadlines)."""
+        return self.after_s if self.after_s is not None else (self.at_step or 0) * step_s
+
+    def text(self) -> str:
+        return f"step {self.at_step}" if self.at_step is not None else f"{self.after_s:g} s of training"
+
+
+DEFAULT_MOMENT = Moment(at_step=STEPS_BEFORE_FAULT)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,15 +69,14 @@ class Case:
     world_size: int = 4
     victim: int = 2
     """Never rank 0: a bare loop's store lives elsewhere, but users' rank 0 often logs."""
+    reference: Literal["bare", "user"] = "bare"
+    """The loop ftbench is compared with."""
 
-    def scenario(self, seed: int, *, start_method: str = "auto") -> Scenario:
+    def scenario(self, seed: int, *, start_method: str = "auto", moment: Moment = DEFAULT_MOMENT) -> Scenario:
         """The ftbench side: this case as a scenario of the stock fail-stop strategy, its
-        ranks started as ``launch.start_method`` says (how a launch mode is calibrated)."""
-        fault: dict[str, Any] = {
-            "kind": self.fault,
-            "target": {"ranks": [self.victim]},
-            "trigger": {"at_step": STEPS_BEFORE_FAULT, "jitter": "step"},
-        }
+        ranks started as ``launch.start_method`` says (how a launch mode is calibrated),
+        the fault at ``moment``."""
+        fault: dict[str, Any] = {"kind": self.fault, "target": {"ranks": [self.victim]}, "trigger": moment.trigger()}
         if self.fault == "stall":
             fault["duration_s"] = self.duration_s
         raw = {
@@ -44,20 +84,25 @@ class Case:
             "workload": {
                 "kind": self.workload,
                 "world_size": self.world_size,
-                "steps": 2000,
+                "steps": 1_000_000,
                 "warmup_steps": 5,
                 "pg_timeout_s": self.pg_timeout_s,
             },
             "faults": [fault],
             "recovery": {"strategy": "failstop"},
             "launch": {"start_method": start_method},
-            "measure": {"seed": seed, "deadline_s": self.pg_timeout_s + self.duration_s + 60},
+            "measure": {"seed": seed, "deadline_s": self.deadline_s(moment)},
         }
         return parse(raw, file=f"<calibration case {self.name}>")
+
+    def deadline_s(self, moment: Moment) -> float:
+        """A trial's deadline: start-up, the moment, the fault and its detection."""
+        return 60 + moment.upper_s() + self.pg_timeout_s + self.duration_s
 
 
 CASES: tuple[Case, ...] = (
     Case(name="kill-ddp", workload="ddp", fault="kill", pg_timeout_s=10),
+    Case(name="kill-ddp-user", workload="ddp", fault="kill", pg_timeout_s=10, reference="user"),
     Case(name="kill-allreduce", workload="allreduce", fault="kill", pg_timeout_s=10),
     Case(name="stall-ddp", workload="ddp", fault="stall", duration_s=8, pg_timeout_s=5),
 )

@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.calibrate.bare import READY_TIMEOUT_S, start_bare
+from bench.calibrate.bare import start_bare
+from bench.calibrate.reference import READY_TIMEOUT_S
 from bench.procs.hygiene import kill_all
 from bench.procs.launcher import ProcessHost
 from bench.procs.store import bound_store

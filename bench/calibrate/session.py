@@ -23,8 +23,10 @@ from typing import Any
 
 import bench
 from bench.calibrate import probes
-from bench.calibrate.bare import BareTrial, run_bare_trial
-from bench.calibrate.cases import Case
+from bench.calibrate.bare import BareLoop
+from bench.calibrate.cases import DEFAULT_MOMENT, Case, Moment
+from bench.calibrate.reference import Loop, ReferenceTrial, run_reference_trial
+from bench.calibrate.user import UserLoop
 from bench.procs import machine
 from bench.procs.launcher import ProcessHost
 from bench.results.stats import Interval, median, median_difference_ci
@@ -85,12 +87,15 @@ def calibrate(
     tolerance: Tolerance,
     seed: int = 0,
     start_method: str = "auto",
+    moment: Moment = DEFAULT_MOMENT,
     progress: Progress = lambda _line: None,
     argv: list[str] | None = None,
 ) -> CalibrationReport:
     rundir = RunDir.create(out, "calibrate", machine.commit())
     pts = {
-        c.name: replace(points(c.scenario(seed, start_method=start_method))[0], label=f"case={c.name} path=ftbench")
+        c.name: replace(
+            points(c.scenario(seed, start_method=start_method, moment=moment))[0], label=f"case={c.name} path=ftbench"
+        )
         for c in cases
     }
     info: dict[str, Any] = {
@@ -118,11 +123,12 @@ def calibrate(
                 for i, case in enumerate(cases):
                     paths = ("bare", "ftbench") if (trial + i) % 2 == 0 else ("ftbench", "bare")
                     for path in paths:
-                        first, last = _one(path, case, pts[case.name], host, rundir, trial, seed)
+                        first, last = _one(path, case, pts[case.name], host, rundir, trial, seed, moment)
                         report.values.setdefault((case.name, path, "first"), []).append(first)
                         report.values.setdefault((case.name, path, "last"), []).append(last)
+                        shown = path if path == "ftbench" else case.reference
                         progress(
-                            f"[{trial + 1}/{trials}] {case.name:<15} {path:<8} first {_ms(first)}  last {_ms(last)}"
+                            f"[{trial + 1}/{trials}] {case.name:<15} {shown:<8} first {_ms(first)}  last {_ms(last)}"
                         )
         report.status = "complete"
     finally:
@@ -133,6 +139,7 @@ def calibrate(
             stats=point_stats(rundir.rows()),
             calibration={
                 "start_method": start_method,
+                "moment": moment.trigger(),
                 "tolerance": {"abs_s": tolerance.abs_s, "rel": tolerance.rel},
                 "probes": report.probes,
                 "comparisons": [_jsonable(c) for c in report.comparisons],
@@ -143,9 +150,10 @@ def calibrate(
 
 
 def _one(
-    path: str, case: Case, point: Point, host: ProcessHost, rundir: RunDir, trial: int, seed: int
+    path: str, case: Case, point: Point, host: ProcessHost, rundir: RunDir, trial: int, seed: int, moment: Moment
 ) -> tuple[float, float]:
-    """One trial of one path: (first, last) survivor's detection in seconds."""
+    """One trial of one path: (first, last) survivor's detection in seconds. The path
+    ``bare`` is the case's reference loop, whichever it is."""
     if path == "ftbench":
         result = run_trial(context(point, trial, host, rundir, "gloo", fault_free=False))
         record(rundir, point, trial, "gloo", result, reference=False)
@@ -154,9 +162,9 @@ def _one(
         figures = result.faults[0].figures
         return figures["ttd_rank_s"], figures["ttd_all_s"]
     started = time.monotonic()
-    bare = run_bare_trial(
-        case, trial_dir=rundir.path / "events" / _bare_hash(point)[:12] / str(trial), seed=seed, trial=trial
-    )
+    trial_dir = rundir.path / "events" / _bare_hash(point)[:12] / str(trial)
+    loop: Loop = UserLoop(case, trial_dir, seed=seed) if case.reference == "user" else BareLoop(case, moment, trial_dir)
+    bare = run_reference_trial(case, loop, moment=moment, seed=seed, trial=trial)
     rundir.add_rows([_bare_row(case, point, trial, seed, bare, time.monotonic() - started)])
     return bare.first_s, bare.last_s
 
@@ -188,11 +196,16 @@ def compare(
 def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
     """A fixed-width table with a units row and a final verdict, as nccl-tests prints."""
     head = (
-        f"{'case':<16}{'survivor':<10}{'n':>4}{'bare':>10}{'ftbench':>10}{'diff':>10}"
+        f"{'case':<16}{'survivor':<10}{'n':>4}{'reference':>10}{'ftbench':>10}{'diff':>10}"
         f"{'95% CI of diff':>22}{'tolerance':>11}  verdict"
     )
     units = f"{'':<16}{'':<10}{'':>4}{'(ms)':>10}{'(ms)':>10}{'(ms)':>10}{'(ms)':>22}{'(ms)':>11}"
-    lines = ["# medians over the trials that have the figure; diff = ftbench - bare", head, units]
+    lines = [
+        "# medians over the trials that have the figure; diff = ftbench - reference",
+        "# reference: bare_rank.py (ftbench's workload without ftbench), or for *-user cases examples/ddp/train.py",
+        head,
+        units,
+    ]
     for c in report.comparisons:
         ci = f"[{c.ci.low * 1e3:+.1f}, {c.ci.high * 1e3:+.1f}]" if c.ci.exists else "-"
         verdict = "ok" if c.ok else "OUT OF BOUNDS"
@@ -213,7 +226,7 @@ def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
         ):
             lines.append(f"#   {title:<36}{p[key]['median_s'] * 1e6:>9.1f} us {p[key]['max_s'] * 1e6:>9.1f} us")
     bad = sum(1 for c in report.comparisons if not c.ok)
-    lines.append(f"# tolerance: max({tolerance.abs_s * 1e3:g} ms, {tolerance.rel:.0%} of the bare median)")
+    lines.append(f"# tolerance: max({tolerance.abs_s * 1e3:g} ms, {tolerance.rel:.0%} of the reference median)")
     lines.append(f"# Out of bounds values : {bad} {'OK' if bad == 0 and report.comparisons else 'FAILED'}")
     return "\n".join(lines)
 
@@ -223,9 +236,9 @@ def _points(case: Case, point: Point) -> list[dict[str, Any]]:
     return [
         {
             "point_hash": _bare_hash(point),
-            "label": f"case={case.name} path=bare",
-            "values": {"case": case.name, "path": "bare"},
-            "config": config | {"path": "bare"},
+            "label": f"case={case.name} path={case.reference}",
+            "values": {"case": case.name, "path": case.reference},
+            "config": config | {"path": case.reference},
         },
         {
             "point_hash": point.point_hash,
@@ -240,12 +253,12 @@ def _bare_hash(point: Point) -> str:
     return hashlib.sha256(f"bare:{point.point_hash}".encode()).hexdigest()
 
 
-def _bare_row(case: Case, point: Point, trial: int, seed: int, bare: BareTrial, wall_s: float) -> dict[str, Any]:
+def _bare_row(case: Case, point: Point, trial: int, seed: int, bare: ReferenceTrial, wall_s: float) -> dict[str, Any]:
     detected = not math.isnan(bare.first_s)
     return {
         "point_hash": _bare_hash(point),
-        "label": f"case={case.name} path=bare",
-        "strategy": "bare",
+        "label": f"case={case.name} path={case.reference}",
+        "strategy": case.reference,
         "workload": case.workload,
         "backend": "gloo",
         "world_size": case.world_size,
@@ -263,6 +276,7 @@ def _bare_row(case: Case, point: Point, trial: int, seed: int, bare: BareTrial, 
         "outcome": "failed" if detected else "hung",
         "error": bare.error,
         "ff_step_s": bare.step_s,
+        "inject_after_s": bare.since_start_s,
         "trial_wall_s": wall_s,
     }
 

@@ -25,7 +25,7 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
     "cases",
     multiple=True,
     metavar="CASE",
-    help="kill-ddp, kill-allreduce or stall-ddp (repeatable; default: all three).",
+    help="kill-ddp, kill-ddp-user, kill-allreduce or stall-ddp (repeatable; default: all four).",
 )
 @click.option(
     "--trials",
@@ -63,6 +63,18 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
     help="How ftbench's side starts its ranks (launch.start_method): calibrate a launch mode.",
 )
 @click.option(
+    "--at-step",
+    type=Ascii(click.IntRange(min=10)),
+    default=None,
+    help="Fault both sides after this step (default: step 30); the reference loops time their steps until then.",
+)
+@click.option(
+    "--after-s",
+    type=Ascii(click.FloatRange(min=0, max=3600)),
+    default=None,
+    help="Fault both sides after this many seconds of training instead (what a long-running job sees).",
+)
+@click.option(
     "--env",
     "env_spec",
     default="",
@@ -77,6 +89,8 @@ def calibrate(
     tolerance_rel: float,
     out: Path,
     start_method: str,
+    at_step: int | None,
+    after_s: float | None,
     env_spec: str,
 ) -> None:
     """Check ftbench's detection figures against a bare torch.distributed loop on this
@@ -85,15 +99,27 @@ def calibrate(
         args = [f"--case={c}" for c in cases] + [f"--trials={trials}", f"--tolerance-ms={tolerance_ms}"]
         args += [f"--tolerance-rel={tolerance_rel}", f"--out={out.resolve()}", f"--env={env_spec}"]
         args += [f"--start-method={start_method}"]
+        args += [f"--at-step={at_step}"] if at_step is not None else []
+        args += [f"--after-s={after_s}"] if after_s is not None else []
         sys.exit(_in_environment(env_spec, args))
-    from bench.calibrate.cases import BY_NAME, CASES
+    from bench.calibrate import user
+    from bench.calibrate.cases import BY_NAME, CASES, DEFAULT_MOMENT, Moment
     from bench.calibrate.session import Tolerance, format_table
     from bench.calibrate.session import calibrate as run_calibration
 
     for name in cases:
         if name not in BY_NAME:
             raise ConfigError("--case", "", f"one of {', '.join(BY_NAME)}", name)
+    if at_step is not None and after_s is not None:
+        raise ConfigError("--after-s", "", "either --at-step or --after-s, not both", after_s)
+    moment = DEFAULT_MOMENT if at_step is None and after_s is None else Moment(at_step=at_step, after_s=after_s)
     chosen = [BY_NAME[n] for n in cases] if cases else list(CASES)
+    why = user.unavailable()
+    if why and any(c.reference == "user" for c in chosen):
+        if cases:
+            raise ConfigError("--case", "", "a case whose reference loop is here", f"{why}")
+        click.echo(f"ftbench: skipping the *-user cases: {why}", err=True)
+        chosen = [c for c in chosen if c.reference != "user"]
     tolerance = Tolerance(abs_s=tolerance_ms / 1e3, rel=tolerance_rel)
     signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -103,6 +129,7 @@ def calibrate(
             out=out,
             tolerance=tolerance,
             start_method=start_method,
+            moment=moment,
             argv=sys.argv,
             progress=lambda line: click.echo(line, err=True),
         )
