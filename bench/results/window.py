@@ -69,6 +69,10 @@ class FaultWindow:
             outcome, error = "hung", "trial deadline reached; everything was killed" + (f" ({error})" if error else "")
         inj = self.inj
         self.fig["inject_phase"] = self._inject_phase()
+        first_step = min((e["t"] for e in self.trial.events if e["event"] == "step_end"), default=None)
+        self.fig["inject_after_s"] = (
+            NAN if first_step is None or first_step > self.t0 else seconds(self.t0 - first_step)
+        )
         first = min(detects, key=lambda e: e["t"]) if detects else {}
         first_rank = min((e for e in detects if e.get("src") == "rank"), key=lambda e: e["t"], default={})
         target = str(inj["component"]) if inj.get("component") else ",".join(map(str, sorted(self.victims)))

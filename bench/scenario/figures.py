@@ -114,6 +114,13 @@ FIGURES: tuple[Figure, ...] = (
         "time",
     ),
     Figure(
+        name="inject_after_s",
+        unit="s",
+        better="neither",
+        meaning="how long the job had trained when the fault came: the injection minus the end of the trial's first "
+        "step",
+    ),
+    Figure(
         name="blame_correct",
         unit="ratio",
         better="higher",
