@@ -7,6 +7,11 @@ Exit codes of a rank: 0 finished, 1 failed (the strategy gave up), 3 crashed (an
 exception escaped; its traceback is in the event log), 4 left the job cleanly (left out
 of the next generation, or stopped because the job is over without it); a supervisor
 does not count 0 or 4 as a fault.
+
+A rank ends with ``os._exit``, running no destructor (a gloo group's may wait on a dead
+peer), unless its strategy lets a failure end it as a plain script ends
+(:class:`EndedByError`): then the error goes to ``sys.excepthook`` and the interpreter
+exits the usual way, which is part of what its peers see.
 """
 
 from __future__ import annotations
@@ -32,6 +37,15 @@ if TYPE_CHECKING:
     from bench.scenario.model import RecoverySpec, WorkloadSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_CRASHED, EXIT_LEFT = 0, 1, 3, 4
+
+
+class EndedByError(Exception):
+    """A failed step's error, let through to end the rank as it ends a user's script
+    (:data:`bench.rank.policy.RAISE`); its detection is already recorded."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,17 +145,33 @@ def main(spec: RankSpec) -> None:
         from bench.rank.private import make_private
 
         events.emit("memory_private", **asdict(make_private(os.getppid())))
-    code = EXIT_CRASHED
+    code, ended_by = EXIT_CRASHED, None
     try:
         entry = load_path(spec.entry)
         events.emit("import_done")
         code = int(entry(spec, events))
+    except EndedByError as end:
+        code, ended_by = EXIT_FAILED, end.error
     except BaseException as err:  # the record matters more than the exception type
         events.emit("crash", error=f"{type(err).__name__}: {err}"[:500], traceback=traceback.format_exc()[-2000:])
     finally:
         events.emit("proc_exit", exitcode=code)
         events.close()
+    if ended_by is not None:
+        _end_as_script(ended_by)
     os._exit(code)
+
+
+def _end_as_script(error: BaseException) -> None:
+    """End the process as an uncaught ``error`` ends a script: the excepthook (torch's,
+    once a process group exists, prefixes each line with the rank) prints it, the error
+    is kept in ``sys.last_*`` (as the interpreter keeps it, so the training code's
+    frames, and its model and process group, live until the interpreter tears ``sys``
+    down), and the interpreter exits with status 1, running atexit and tearing its
+    objects down."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+    sys.excepthook(type(error), error, error.__traceback__)
+    sys.exit(EXIT_FAILED)
 
 
 def store_client(spec: RankSpec) -> Any:

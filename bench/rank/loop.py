@@ -16,8 +16,8 @@ import torch
 
 from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError
-from bench.rank.entry import RankSpec, device, install_hooks
-from bench.rank.policy import Position, RankPolicy
+from bench.rank.entry import EndedByError, RankSpec, device, install_hooks
+from bench.rank.policy import RAISE, Position, RankPolicy
 from bench.rank.workload import Workload
 from bench.scenario.registry import load_path
 
@@ -72,6 +72,11 @@ def train(spec: RankSpec, events: EventWriter) -> int:
                 step=pos.step,
             )
             answer = policy.on_failure(pos, err, workload)
+            if answer == RAISE:
+                # The job's objects are now only the training code's, as in a script
+                # (the interpreter frees them as it exits, process groups included).
+                RETIRED.clear()
+                raise EndedByError(exc) from None
         else:
             world = pos.world
             ended = time.perf_counter()

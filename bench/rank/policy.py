@@ -5,7 +5,8 @@ over the :class:`~bench.rank.comm.Collectives` the policy hands it, and asks the
 three moments: how to form the first world (:meth:`RankPolicy.start`), what to do with
 a failed step (:meth:`RankPolicy.on_failure`) and whether anything happens between two
 steps (:meth:`RankPolicy.after_step`: a checkpoint, a growth of the world). A policy
-answers with a :class:`Position` to go on from, or an exit code to end the rank with.
+answers with a :class:`Position` to go on from, an exit code to end the rank with, or
+:data:`RAISE` to let the error end the rank as it ends a plain script.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 import torch.distributed as dist
 
@@ -23,6 +24,12 @@ from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, Collectives, Hook
 from bench.rank.entry import RankSpec, store_client
 from bench.rank.workload import Workload
+
+RAISE: Final = "raise"
+"""An answer of :meth:`RankPolicy.on_failure`: the failed step's error propagates out
+of the training code and ends the process the way it ends a user's script (printed by
+``sys.excepthook``, then the interpreter's own exit), not with ``os._exit``."""
+Raise = Literal["raise"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +76,9 @@ class RankPolicy(ABC):
         """Form the first world and attach the workload; None: nothing to do."""
 
     @abstractmethod
-    def on_failure(self, pos: Position, err: CollectiveError, workload: Workload) -> Position | int:
+    def on_failure(self, pos: Position, err: CollectiveError, workload: Workload) -> Position | int | Raise:
         """Step ``pos.step`` failed (its detection is recorded): go on from a new
-        position, or end the rank with an exit code."""
+        position, end the rank with an exit code, or let the error end it (:data:`RAISE`)."""
 
     def after_step(self, pos: Position, workload: Workload) -> Position | int:
         """Step ``pos.committed`` succeeded; the position to run the next step from."""

@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 from bench.rank.comm import CollectiveError, StockCollectives
 from bench.rank.entry import EXIT_FAILED, store_client
-from bench.rank.policy import Position, RankPolicy, World
+from bench.rank.policy import RAISE, Position, Raise, RankPolicy, World
 from bench.rank.workload import Workload
 
 
@@ -23,5 +23,5 @@ class FailStop(RankPolicy):
         workload.attach(comm)
         return Position(world=world, comm=comm, step=1, committed=0)
 
-    def on_failure(self, pos: Position, err: CollectiveError, workload: Workload) -> int:
-        return EXIT_FAILED
+    def on_failure(self, pos: Position, err: CollectiveError, workload: Workload) -> int | Raise:
+        return RAISE if self.spec.recovery.params.exit == "raise" else EXIT_FAILED
