@@ -5,10 +5,11 @@ Both launchers are the same shape: one agent process per node that starts fresh 
 interpreters, watches them, and tears the group down and re-rendezvouses on a failure.
 ftbench runs the launcher's own ``main`` and its own agent class, and only observes it:
 
-- :func:`instrument` wraps four lifecycle methods of the agent class so that each records
-  an event before or after calling the original (``detect`` by the agent's monitor,
-  ``teardown_*``, ``rendezvous_*``, ``workers_started``); the agent's behaviour is
-  unchanged.
+- :func:`bench.probe.site.ftbench_probe.instrument_agent` wraps four lifecycle methods
+  of the agent class so that each records an event before or after calling the
+  original (``detect`` by the agent's monitor, ``teardown_*``, ``rendezvous_*``,
+  ``workers_started``); the agent's behaviour is unchanged. The probe does the same to
+  a command job's own torchrun or ``ft_launcher``, so both read alike.
 - :func:`agent_main` is the body of the instrumented agent process
   (``python -m <module> EVENTS_DIR -- <launcher args>``).
 - :class:`ElasticJob` is the harness side: it writes the rank spec the workers read,
@@ -18,14 +19,13 @@ ftbench runs the launcher's own ``main`` and its own agent class, and only obser
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
 import sys
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,52 +38,6 @@ from injectors.link.netns import enter
 
 ELASTIC_PORT = 29400
 """torchrun's default rendezvous port: free in a trial's fresh host namespaces."""
-
-
-def instrument(cls: type, events: EventWriter, failed_states: Sequence[Any]) -> None:
-    """Wrap the agent's lifecycle methods with events; behaviour is unchanged.
-
-    ``failed_states``: the values of the launcher's ``WorkerState`` that mean a failed
-    group (each launcher has its own enum: torch's, or NVRx's vendored copy).
-    """
-    failing = {"now": False}
-
-    def around(name: str, before: str | None, after: Callable[[Any, Any], None]) -> None:
-        original = getattr(cls, name)
-
-        @functools.wraps(original)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if before:
-                events.emit(before)
-            result = original(self, *args, **kwargs)
-            after(self, result)
-            return result
-
-        setattr(cls, name, wrapper)
-
-    def monitored(_agent: Any, result: Any) -> None:
-        bad = result.state in failed_states
-        if bad and not failing["now"]:
-            failures = {str(rank): f.exitcode for rank, f in result.failures.items()}
-            # The rank the launcher's own error report names as the root cause
-            # (ChildFailedError.get_first_failure: the smallest failure timestamp).
-            first = min(result.failures, key=lambda r: result.failures[r].timestamp) if result.failures else None
-            events.emit("detect", how="agent_monitor", state=result.state.name, failures=failures, first_failure=first)
-        failing["now"] = bad
-
-    def stopped(_agent: Any, _result: Any) -> None:
-        events.emit("teardown_end")
-
-    def rendezvoused(agent: Any, _result: Any) -> None:
-        events.emit("rendezvous_end", remaining_restarts=getattr(agent, "_remaining_restarts", None))
-
-    def started(_agent: Any, ids: Any) -> None:
-        events.emit("workers_started", pids=list(ids.values()))
-
-    around("_monitor_workers", None, monitored)
-    around("_stop_workers", "teardown_start", stopped)
-    around("_rendezvous", "rendezvous_start", rendezvoused)
-    around("_start_workers", None, started)
 
 
 def agent_main(argv: list[str], usage: str, run: Callable[[EventWriter, list[str]], None]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.jobs.elastic import instrument
+from bench.probe.site.ftbench_probe import instrument_agent
 from bench.results.derive import fault_figures
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import parse
@@ -251,7 +251,7 @@ def test_agent_instrumentation_records_and_passes_results_through() -> None:
             self.seen.append(event)
 
     events = Events()
-    instrument(Agent, events, (failed,))  # type: ignore[arg-type]
+    instrument_agent(Agent, events.emit, (failed,))
     agent = Agent()
     assert [agent._monitor_workers(None).state.name for _ in range(4)] == ["HEALTHY", "FAILED", "FAILED", "HEALTHY"]
     assert agent._start_workers(None) == {0: 11}

@@ -4,7 +4,7 @@ This runs NVRx's real ``ft_launcher`` main, its own ``LocalElasticAgent`` (a for
 torchrun's, vendored by NVRx) and its ``RankMonitorServer`` processes. It only wraps
 methods so that each records an event and then returns what the original returned:
 
-- the agent's lifecycle, as for torchrun (:func:`bench.jobs.elastic.instrument`):
+- the agent's lifecycle, as for torchrun (:func:`bench.probe.site.ftbench_probe.instrument_agent`):
   ``detect`` by the agent's monitor, ``teardown_*``, ``rendezvous_*``, ``workers_started``;
 - each rank monitor's two timeout checks (``_is_hb_timeout_elapsed``,
   ``_is_section_timeout_elapsed``): the first check of a connected rank that finds its
@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.jobs.elastic import agent_main, instrument
+from bench.jobs.elastic import agent_main
+from bench.probe.site.ftbench_probe import instrument_agent
 from bench.procs.events import EventWriter
 
 
@@ -80,7 +81,7 @@ def run(events: EventWriter, launcher_args: list[str]) -> None:
     from nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat.agent.server.api import WorkerState
     from nvidia_resiliency_ext.fault_tolerance.rank_monitor_server import RankMonitorServer
 
-    instrument(launcher.LocalElasticAgent, events, (WorkerState.FAILED, WorkerState.UNHEALTHY))
+    instrument_agent(launcher.LocalElasticAgent, events.emit, (WorkerState.FAILED, WorkerState.UNHEALTHY))
     observe_rank_monitors(RankMonitorServer, MonitorEvents(events.path.parent))
     launcher.main(launcher_args)
 

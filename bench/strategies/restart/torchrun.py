@@ -3,7 +3,7 @@
 This runs the real ``torch.distributed.run`` and its real ``LocalElasticAgent``; it only
 wraps four of the agent's methods so that each records an event (with the monotonic
 clock of the host) before and after calling the original
-(:func:`bench.jobs.elastic.instrument`). The agent's behaviour is unchanged; its
+(:func:`bench.probe.site.ftbench_probe.instrument_agent`). The agent's behaviour is unchanged; its
 timeline becomes visible:
 
 - ``detect`` (src ``agent``, how ``agent_monitor``): the first monitor pass that finds
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 
-from bench.jobs.elastic import agent_main, instrument
+from bench.jobs.elastic import agent_main
+from bench.probe.site.ftbench_probe import instrument_agent
 from bench.procs.events import EventWriter
 
 
@@ -27,7 +28,7 @@ def run(events: EventWriter, torchrun_args: list[str]) -> None:
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.run import main as torchrun
 
-    instrument(LocalElasticAgent, events, (WorkerState.FAILED, WorkerState.UNHEALTHY))
+    instrument_agent(LocalElasticAgent, events.emit, (WorkerState.FAILED, WorkerState.UNHEALTHY))
     torchrun(torchrun_args)
 
 
