@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from bench.hosts.cluster import Cluster, ClusterLauncher
 from bench.hosts.launcher import AgentLauncher
+from bench.procs.events import Event
 from bench.procs.launcher import ProcessHost
 from bench.rank.entry import HookSpec, RankSpec
 from bench.scenario.model import Point, Scenario
@@ -93,6 +94,18 @@ class TrialContext:
         return self.network.ifname if self.network is not None else "lo"
 
 
+@dataclass(kw_only=True, slots=True)
+class Observed:
+    """A trial's events as its figures read them (:meth:`Job.observe`)."""
+
+    events: list[Event]
+    steps: int | None = None
+    """The steps the job ran, where the job says so itself (a command job that
+    finished), instead of ``workload.steps``."""
+    blind: dict[str, str] = field(default_factory=dict)
+    """Figure -> why it cannot be known in this trial: left empty, the reason reported."""
+
+
 class Job(ABC):
     """The processes of one trial under one strategy.
 
@@ -132,6 +145,12 @@ class Job(ABC):
         """Where faults aimed at a host's ranks go when a host agent carries them out
         (``(host, command)``), or None: the harness injects them itself."""
         return None
+
+    def observe(self, events: list[Event]) -> Observed:
+        """The trial's events as its figures read them, once the trial is over: those of
+        ftbench's own ranks as they are; a job watched from outside (a command job) turns
+        what it showed into them."""
+        return Observed(events=events)
 
 
 def start_method(scenario: Scenario) -> str:

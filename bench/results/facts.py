@@ -97,6 +97,18 @@ class FaultFigures:
     clock_err: dict[str, float] = field(default_factory=dict)
     """Multi-host trials only: ``*_err_s``, the clock-alignment uncertainty of figures
     that subtract stamps of two hosts (:func:`bench.results.window.clock_errors`)."""
+    blind: str = ""
+    """What could not be known in this trial and why (``figure: reason; ...``), for a
+    job watched from outside; those figures are empty."""
+
+    def blind_out(self, reasons: dict[str, str]) -> None:
+        """Empty the figures that cannot be known (``reasons``: figure -> why), and say why."""
+        if not reasons:
+            return
+        for name in reasons:
+            if name in self.figures:
+                self.figures[name] = NAN
+        self.blind = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
@@ -115,6 +127,7 @@ class FaultFigures:
             "hold_s": self.hold_s,
             "tolerance_s": self.tolerance_s,
             **self.clock_err,
+            **({"blind": self.blind} if self.blind else {}),
         }
 
 

@@ -26,7 +26,7 @@ from bench.procs.launcher import ProcessHost
 from bench.results.facts import TrialFacts
 from bench.results.summary import point_stats
 from bench.results.walltime import wall_summary
-from bench.results.writer import HOLDER_ENV, RunDir, write_failure
+from bench.results.writer import HOLDER_ENV, VERSION_COLUMNS, RunDir, write_failure
 from bench.run.preflight import exposure, stage_overhead
 from bench.run.trial import TrialResult, run_trial, unavailable
 from bench.scenario.config import ConfigError, to_dict
@@ -354,7 +354,8 @@ def record(rundir: RunDir, point: Point, trial: int, backend: str, result: Trial
         facts=result.facts,
         wall_s=result.wall_s,
         events=result.events,
-        versions=machine.stack_versions(),
+        # A job that runs in an interpreter of its own (a command job) says what it has.
+        versions=machine.stack_versions() | {k: v for k, v in result.versions.items() if k in VERSION_COLUMNS},
     )
 
 

@@ -227,20 +227,24 @@ def _drive(
 def _result(ctx: TrialContext, job: Job, outcome: str, start: int, reference: TrialFacts | None) -> TrialResult:
     """The trial's figures, from its event logs read whole once every writer is gone."""
     s = ctx.scenario
-    events = read_events(ctx.events_dir)
+    observed = job.observe(read_events(ctx.events_dir))
+    events = observed.events
     w = s.workload
+    steps = observed.steps or w.steps
     figures = fault_figures(
         events,
         faults=[] if ctx.fault_free else [(f.kind, f.target.text()) for f in s.faults],
-        steps=w.steps,
+        steps=steps,
         warmup_steps=w.warmup_steps,
         phases=STRATEGIES[s.recovery.strategy].phases,
         reference=reference,
         blame=STRATEGIES[s.recovery.strategy].blame,
     )
+    for f in figures:
+        f.blind_out(observed.blind)
     return TrialResult(
         faults=figures,
-        facts=trial_facts(events, steps=w.steps, warmup_steps=w.warmup_steps),
+        facts=trial_facts(events, steps=steps, warmup_steps=w.warmup_steps),
         events=events,
         wall_s=(time.monotonic_ns() - start) / 1e9,
         outcome=outcome,

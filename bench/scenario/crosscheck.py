@@ -14,7 +14,7 @@ from bench.scenario.faults import FAULTS, check_fault
 from bench.scenario.model import NCCL_NAME, Scenario
 from bench.scenario.requirements import parse as parse_requirements
 from bench.scenario.strategy import STRATEGIES
-from bench.scenario.workload import WORKLOADS, WorkloadPlugin
+from bench.scenario.workload import WORKLOADS, WorkloadPlugin, own_strategy
 
 
 def cross_check(s: Scenario, file: str) -> None:
@@ -71,6 +71,11 @@ def check_strategy(s: Scenario, file: str) -> None:
     """What the point's strategy declares it can run (:class:`bench.strategies.Strategy`)."""
     name, w = s.recovery.strategy, s.workload
     strategy = STRATEGIES[name]
+    own = own_strategy(w.kind)
+    if own and name != own:
+        raise ConfigError(
+            file, "recovery.strategy", f"{own!r} for workload kind {w.kind!r} (the job is its own stack)", name
+        )
     if strategy.workloads and w.kind not in strategy.workloads:
         kinds = " or ".join(repr(k) for k in strategy.workloads)
         raise ConfigError(file, "workload.kind", f"{kinds} with strategy {name}", w.kind)

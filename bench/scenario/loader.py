@@ -37,7 +37,7 @@ from bench.scenario.overrides import apply_override, canonical, check_sweep, fla
 from bench.scenario.registry import Registry
 from bench.scenario.requirements import torch_of, version_of
 from bench.scenario.strategy import STRATEGIES
-from bench.scenario.workload import WORKLOADS
+from bench.scenario.workload import WORKLOADS, own_strategy
 
 TOP_KEYS = ("name", "description", "workload", "faults", "recovery", "measure", "launch", "sweep", "gate")
 
@@ -210,7 +210,7 @@ def _validate(raw: Mapping[str, Any], file: str, gate: GateSpec | None = None) -
     if len(faults_raw) > limits.MAX_FAULTS:
         raise ConfigError(file, "faults", f"at most {limits.MAX_FAULTS} [[faults]]", f"{len(faults_raw)} faults")
     faults = tuple(_tagged(FaultSpec, f, FAULTS, file, f"faults.{i}") for i, f in enumerate(faults_raw))
-    recovery = _recovery(raw.get("recovery", {}), file)
+    recovery = _recovery(raw.get("recovery", {}), file, own_strategy(workload.kind) or default_strategy())
     measure = build(MeasureSpec, raw.get("measure", {}), file=file, prefix="measure")
     launch = build(LaunchSpec, raw.get("launch", {}), file=file, prefix="launch")
     gate = gate if gate is not None else validate_gate(raw.get("gate", {}), file=file)
@@ -256,10 +256,12 @@ def _tagged(
     return replace(base, kind=kind, params=params)
 
 
-def _recovery(data: Any, file: str) -> RecoverySpec:
+def _recovery(data: Any, file: str, default: str) -> RecoverySpec:
+    """``[recovery]``; ``default``: the strategy when it names none (the workload's own,
+    for a workload that declares one, else the registered default)."""
     if not isinstance(data, Mapping):
         raise ConfigError(file, "recovery", "a table", data)
-    strategy = data.get("strategy", default_strategy())
+    strategy = data.get("strategy", default)
     if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ConfigError(file, "recovery.strategy", f"one of {STRATEGIES.choices()}", strategy)
     chosen: object = None

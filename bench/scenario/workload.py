@@ -45,6 +45,15 @@ class WorkloadPlugin(Plugin):
     """Modules the forkserver imports for this workload's ranks: what its rank code
     would import itself and nothing more (``bench.rank.zygote_optim``: an optimizer's
     step, which imports ``torch._dynamo``), so a forked rank is not fatter than a fresh one."""
+    strategy: str = ""
+    """The one strategy that runs this workload, which a scenario of it gets when it names
+    none (``command``: a job given as a command is its own stack); "": any."""
 
 
 WORKLOADS: Registry[Plugin] = Registry("workload")
+
+
+def own_strategy(kind: str) -> str:
+    """The strategy workload ``kind`` declares as its only one ("" for most)."""
+    plugin = WORKLOADS[kind]
+    return plugin.strategy if isinstance(plugin, WorkloadPlugin) else ""

@@ -93,7 +93,7 @@ def test_override_values_are_read_as_toml_else_string() -> None:
         (("world_size = 4", 'world_size = "4"'), "workload.world_size", "an integer"),
         (("world_size = 4", "world_size = 1"), "workload.world_size", ">= 2"),
         (("pg_timeout_s = 5", "pg_timeout_s = -1"), "workload.pg_timeout_s", "> 0"),
-        (('kind = "ddp"', 'kind = "dpp"'), "workload.kind", "'allreduce', 'ddp' or 'transformer'"),
+        (('kind = "ddp"', 'kind = "dpp"'), "workload.kind", "'allreduce', 'command', 'ddp' or 'transformer'"),
         (('kind = "stall"', 'kind = "stal"'), "faults.0.kind", "'kill'"),
         (("duration_s = 8", "duration_s = 0"), "faults.0.duration_s", "> 0"),
         (

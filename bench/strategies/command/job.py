@@ -1,0 +1,288 @@
+"""A command job's trial: its commands started as written, watched, torn down.
+
+Each command is started without a shell, in a session of its own, with the run's marker
+in its environment (so whatever it forks, launched or not, is swept with the trial), the
+probe switched on (:func:`bench.probe.environment`) and its output captured
+(:mod:`.output`). A ``per_rank`` command is started once per rank of its host with a
+launcher's worker environment around ftbench's store. A command runs in its host's
+network namespace where the trial has hosts of its own, or in the trial's private
+namespace where one confines servers that bind every interface.
+
+The job is over when every command has exited and no rank process is left (a rank the
+launcher orphaned still trains); whatever else it left behind is swept and named in
+the trial's events (``left_behind``). After the trial, :meth:`CommandJob.translate`
+turns what the probe and the output showed into the figures' events.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import probe
+from bench.jobs.job import Job, Observed
+from bench.procs.events import Event, EventWriter
+from bench.procs.hygiene import alive, marked_pids, set_pdeathsig
+from bench.procs.launcher import LocalLauncher
+from bench.strategies.command.output import LINES_SUFFIX, OutputCapture, read_lines
+from bench.strategies.command.progress import parse
+from bench.strategies.command.translate import translate
+from bench.workloads.command import CommandParams, CommandSpec, program
+
+
+class CommandJob(Job):
+    """The commands of one trial, and what they showed."""
+
+    def start(self) -> None:
+        ctx = self.ctx
+        s = ctx.scenario
+        self.params: CommandParams = s.workload.params
+        self.events = EventWriter(ctx.events_dir / "job.jsonl", src="job", pid=os.getpid())
+        self.output = OutputCapture(ctx.events_dir, int(self.params.output_limit_mb * 1e6))
+        ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.exits: dict[str, int] = {}
+        self.launcher: LocalLauncher | None = None
+        if any(c.per_rank for c in self.params.commands):
+            self.launcher = LocalLauncher(
+                host=ctx.host,
+                start_method="spawn",
+                trial_dir=ctx.trial_dir,
+                events_dir=ctx.events_dir,
+                namespace=ctx.store_namespace,
+                address=ctx.store_host,
+            )
+            self.launcher.start_store()
+        for i, c in enumerate(self.params.commands):
+            name = c.name or f"cmd{i}"
+            if c.per_rank:
+                ranks = c.ranks or tuple(range(s.workload.world_size))
+                for local, rank in enumerate(ranks):
+                    self._start(f"{name}.rank{rank}", c, self._rank_env(c, rank, local, len(ranks)))
+            else:
+                self._start(name, c, {})
+
+    def _rank_env(self, c: CommandSpec, rank: int, local: int, local_size: int) -> dict[str, str]:
+        """What a launcher gives a worker, around ftbench's store (torchrun's own names)."""
+        assert self.launcher is not None
+        s = self.ctx.scenario
+        return {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "GROUP_RANK": str(c.host),
+            "WORLD_SIZE": str(s.workload.world_size),
+            "LOCAL_WORLD_SIZE": str(local_size),
+            "MASTER_ADDR": self.ctx.store_host,
+            "MASTER_PORT": str(self.launcher.store_port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_RESTART_COUNT": "0",
+        }
+
+    def _start(self, name: str, c: CommandSpec, extra: dict[str, str]) -> None:
+        ctx = self.ctx
+        base = os.path.dirname(os.path.abspath(ctx.scenario.source)) if os.path.isfile(ctx.scenario.source) else ""
+        cwd = os.path.join(base or os.getcwd(), c.cwd)
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it for its workers
+        if ctx.ifname:
+            env["GLOO_SOCKET_IFNAME"] = ctx.ifname  # gloo listens where the job's hosts are, no wider
+        env.update({k: self._fill(v) for k, v in c.env.items()})
+        env.update(extra)
+        env = probe.environment(ctx.events_dir, env)
+        argv = [self._fill(a) for a in c.argv]
+        exe = program(argv[0], cwd, c.env) or argv[0]
+        namespace = ctx.network.namespace_for(c.host) if ctx.network is not None else ""
+
+        def prepare() -> None:
+            set_pdeathsig()
+            if namespace:
+                from injectors.link.netns import enter
+
+                enter(namespace)
+
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [exe, *argv[1:]],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+                preexec_fn=prepare,
+            )
+        except OSError as err:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            self.events.emit("command_failed", command=name, error=f"{type(err).__name__}: {err}")
+            return
+        os.close(out_w)
+        os.close(err_w)
+        self.output.add(f"{name}.out", out_r)
+        self.output.add(f"{name}.err", err_r)
+        self.procs.append((name, proc))
+        self.events.emit("command_start", command=name, pid=proc.pid, argv=argv, cwd=cwd, **_rank_of(extra))
+
+    def _fill(self, text: str) -> str:
+        return text.replace("{checkpoint_dir}", str(self.ctx.checkpoint_dir)).replace("{seed}", str(self.ctx.seed))
+
+    def poll(self, timeout_s: float) -> bool:
+        live = [(n, p) for n, p in self.procs if n not in self.exits]
+        if live:
+            fds = [os.pidfd_open(p.pid) for _, p in live]
+            try:
+                select.select(fds, [], [], timeout_s)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            for n, p in live:
+                code = p.poll()
+                if code is not None:
+                    self.exits[n] = code
+                    self.events.emit("proc_exit", command=n, of_pid=p.pid, exitcode=code, **_rank_of_name(n))
+            if any(n not in self.exits for n, _ in self.procs):
+                return False
+        else:
+            select.select([], [], [], timeout_s)
+        return not self._ranks_alive()
+
+    def _ranks_alive(self) -> list[int]:
+        """Rank processes still running (the probe announced them; a launcher's orphan
+        trains on after its agent is gone)."""
+        pids = {int(e["pid"]) for e in _probe_starts(self.ctx.events_dir)}
+        return [p for p in pids if alive(p)]
+
+    def close(self) -> None:
+        ctx = self.ctx
+        keep = ctx.host.infrastructure() | (
+            {self.launcher.store_process.pid}
+            if self.launcher is not None and self.launcher.store_process and self.launcher.store_process.pid
+            else set()
+        )
+        if hasattr(self, "events"):
+            left = sorted(set(marked_pids(ctx.host.run_id)) - keep)
+            if left:
+                self.events.emit("left_behind", pids=left, commands=[_cmdline(p) for p in left])
+        ctx.host.sweep_trial()
+        if hasattr(self, "procs"):
+            for _, p in self.procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        if getattr(self, "launcher", None) is not None:
+            assert self.launcher is not None
+            self.launcher.close()
+        if hasattr(self, "output"):
+            self.output.close()
+        if hasattr(self, "events"):
+            self.events.close()
+
+    def finished(self) -> bool:
+        """Every command exited 0."""
+        return bool(self.procs) and all(self.exits.get(n) == 0 for n, _ in self.procs)
+
+    def observe(self, events: list[Event]) -> Observed:
+        """The figures' events from what this trial's job showed (:mod:`.translate`)."""
+        lines = [line for path in sorted(self.ctx.events_dir.glob(f"*{LINES_SUFFIX}")) for line in read_lines(path)]
+        lines.sort(key=lambda x: x[0])
+        return translate(events, parse(lines, self.params.progress), finished=self.finished())
+
+    def versions(self) -> dict[str, Any]:
+        """What the job's own interpreter has: torch, torchft, NVRx."""
+        return interpreter_versions(self.ctx.scenario.workload.params)
+
+
+def _rank_of(extra: dict[str, str]) -> dict[str, int]:
+    return {"rank": int(extra["RANK"])} if "RANK" in extra else {}
+
+
+def _rank_of_name(name: str) -> dict[str, int]:
+    _, _, tail = name.rpartition(".rank")
+    return {"of_rank": int(tail)} if tail.isdigit() else {}
+
+
+def _probe_starts(directory: Path) -> list[Event]:
+    import json
+
+    out = []
+    for path in directory.glob("probe-rank*.jsonl"):
+        with open(path, "rb") as fh:
+            first = fh.readline()
+        if first.endswith(b"\n"):
+            try:
+                e = json.loads(first)
+            except ValueError:
+                continue
+            if e.get("event") == "proc_start":
+                out.append(e)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return ""
+
+
+_VERSIONS: dict[str, dict[str, Any]] = {}
+
+_ASK = (
+    "import importlib.metadata as m, json, sys\n"
+    "def v(*names):\n"
+    "    for n in names:\n"
+    "        try:\n"
+    "            return m.version(n)\n"
+    "        except m.PackageNotFoundError:\n"
+    "            pass\n"
+    "    return ''\n"
+    "print(json.dumps({'python': sys.version.split()[0], 'torch': v('torch'),"
+    " 'torchft': v('torchft', 'torchft-nightly'), 'nvrx': v('nvidia-resiliency-ext')}))\n"
+)
+
+
+def interpreter_versions(params: CommandParams) -> dict[str, Any]:
+    """The versions the job's interpreter has (asked once per interpreter): the first
+    command's program if it is Python, else the Python its ``#!`` line names."""
+    import json
+
+    python = job_interpreter(params)
+    if python is None:
+        return {}
+    if python not in _VERSIONS:
+        try:
+            out = subprocess.run([python, "-c", _ASK], capture_output=True, text=True, timeout=60, check=True).stdout
+            found = json.loads(out.strip().splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            found = {}
+        _VERSIONS[python] = {k: v for k, v in found.items() if v}
+    return dict(_VERSIONS[python])
+
+
+def job_interpreter(params: CommandParams) -> str | None:
+    """The Python a command job runs in, as its first command names it."""
+    c = params.commands[0]
+    exe = program(c.argv[0], os.getcwd(), c.env)
+    if exe is None:
+        return None
+    if Path(exe).name.startswith("python"):
+        return exe
+    try:
+        with open(exe, "rb") as fh:
+            head = fh.readline(512)
+    except OSError:
+        return None
+    if head.startswith(b"#!"):
+        first = head[2:].decode(errors="replace").split()
+        if first and Path(first[0]).name.startswith("python"):
+            return first[0]
+        if len(first) > 1 and Path(first[0]).name == "env" and first[1].startswith("python"):
+            return program(first[1], os.getcwd(), c.env)
+    return sys.executable if exe == sys.executable else None
