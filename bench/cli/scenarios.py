@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from bench.cli.common import SET_OPTION, Ascii, cli, errors, interrupt, load_scenario
+from bench.cli.common import SET_OPTION, Ascii, cli, errors, load_scenario
 from bench.scenario import catalogue, mix
 from bench.scenario.config import ConfigError, to_dict
 from bench.scenario.faults import FAULTS
@@ -22,8 +20,7 @@ from bench.scenario.strategy import STRATEGIES
 from bench.scenario.workload import WORKLOADS
 
 if TYPE_CHECKING:
-    from bench.hosts.cluster import Cluster
-    from bench.results.writer import RunDir
+    pass
 
 
 @cli.command("list")
@@ -110,116 +107,6 @@ def validate(files: tuple[str, ...]) -> None:
 
 
 @cli.command()
-@click.argument("scenario", required=False)
-@click.option("--trials", type=Ascii(click.IntRange(min=1)), help="Trials per point (overrides measure.trials).")
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="Base directory of results.",
-)
-@click.option(
-    "--resume",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Complete an interrupted run in this results directory (SCENARIO not needed).",
-)
-@click.option(
-    "--env",
-    "env_specs",
-    multiple=True,
-    metavar="REQUIREMENTS",
-    help="Run every point in this environment too (repeatable; e.g. --env torch==2.13.0 "
-    "--env torch==2.14.1; quote several requirements): a sweep of launch.env. Each is "
-    "built once into a cached virtual environment.",
-)
-@click.option(
-    "--agents-at",
-    metavar="ADDR:PORT",
-    help="The hosts' agents were started by the cluster (srun/ssh: ftbench host --serve --controller "
-    "ADDR:PORT): serve the run's store on this one address, wait for them, run every host there "
-    "(sets launch.agents = true; docs/multihost.md).",
-)
-@click.option(
-    "--agents-wait-s",
-    type=Ascii(click.FloatRange(min=1, max=86400)),
-    default=300.0,
-    show_default=True,
-    help="How long to wait for those agents to join.",
-)
-@click.option("--point", "only", multiple=True, hidden=True, help="Run only this point hash (a child harness).")
-@SET_OPTION
-@errors
-def run(
-    scenario: str | None,
-    trials: int | None,
-    out: Path,
-    resume: Path | None,
-    env_specs: tuple[str, ...],
-    agents_at: str | None,
-    agents_wait_s: float,
-    only: tuple[str, ...],
-    sets: tuple[str, ...],
-) -> None:
-    """Run every point of SCENARIO and print its figures."""
-    from bench.procs.launcher import LaunchError
-    from bench.results.summary import format_point, format_side_by_side
-    from bench.results.writer import ResultsError, RunDir
-    from bench.run.runner import resume_scenario
-    from bench.run.runner import run as run_scenario
-
-    cluster = _cluster(agents_at, agents_wait_s, env_specs)
-    if cluster is not None:
-        sets += ("launch.agents=true",)
-
-    if resume is not None:
-        rundir = RunDir(resume)
-        sc, resume_trials = resume_scenario(rundir)
-        trials = trials or resume_trials
-    elif scenario is None:
-        raise click.UsageError("give a SCENARIO, or --resume DIR")
-    else:
-        if env_specs:
-            sets += (f"sweep.launch.env={_toml_list(env_specs)}",)
-        sc, rundir = load_scenario(scenario, sets), None
-
-    # SIGINT too: a shell starts a background job with SIGINT ignored, and Python then
-    # installs no handler of its own; `kill -INT` must still end the run cleanly.
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        report = run_scenario(
-            sc, out=out, trials=trials, resume=rundir, argv=sys.argv, only=set(only) or None, cluster=cluster
-        )
-    except (LaunchError, ResultsError) as err:  # no agents came; the results cannot be written
-        click.echo(f"ftbench: error: {err}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        click.echo(
-            "\nftbench: interrupted; finished trials are kept. Complete the run with:\n"
-            f"  ftbench run --resume {_latest_run(out, sc.name, rundir)}",
-            err=True,
-        )
-        sys.exit(130)
-    if only:
-        return  # a child harness: the parent prints the run's figures
-    click.echo("")
-    for point_hash, stats in report.stats.items():
-        click.echo(format_point(stats, point_hash))
-        click.echo("")
-    if len(report.stats) > 1:
-        click.echo(format_side_by_side(report.stats))
-        click.echo("")
-    for label, why in report.skipped.items():
-        click.echo(f"skipped {label}: {why}")
-    click.echo(
-        "times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless. "
-        "Empty (-) means the figure does not exist for that outcome."
-    )
-    click.echo(f"results: {report.rundir.path}")
-
-
-@cli.command()
 @click.option("--envs", is_flag=True, help="List the cached environments (launch.env), their size and last use.")
 @click.option(
     "--remove-env",
@@ -271,39 +158,6 @@ def _environments(remove: tuple[str, ...]) -> None:
         click.echo(envcache.describe(env))
     total = sum(e.size_bytes for e in found)
     click.echo(f"{len(found)} environment(s), {total / 1e9:.2f} GB under {cache_dir()}")
-
-
-def _cluster(agents_at: str | None, wait_s: float, env_specs: tuple[str, ...]) -> Cluster | None:
-    """The run's rendezvous with agents the cluster started, from ``--agents-at``."""
-    if agents_at is None:
-        return None
-    from bench.hosts.cluster import Cluster, parse_address
-
-    if env_specs:
-        raise click.UsageError("--agents-at and --env cannot be combined yet (each environment is a child harness)")
-    from bench.hosts.auth import SecretError, required_secret
-
-    try:
-        address, port = parse_address(agents_at)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--agents-at") from None
-    try:
-        secret = required_secret(address, "--agents-at")
-    except SecretError as err:
-        click.echo(f"ftbench: error: {err}", err=True)
-        sys.exit(2)
-    return Cluster(address, port, secret=secret, wait_s=wait_s)
-
-
-def _toml_list(items: tuple[str, ...]) -> str:
-    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
-
-
-def _latest_run(out: Path, name: str, rundir: RunDir | None) -> Path:
-    if rundir is not None:
-        return rundir.path
-    runs = sorted((out / name).glob("*/run.json"), key=lambda p: p.stat().st_mtime)
-    return runs[-1].parent if runs else out / name
 
 
 @cli.command("host")

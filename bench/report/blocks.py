@@ -11,7 +11,7 @@ import pandas as pd
 
 @dataclass
 class Block:
-    kind: str  # "h1" | "h2" | "h3" | "p" | "table" | "img"
+    kind: str  # "h1" | "h2" | "h3" | "p" | "note" | "pre" | "table" | "img"
     text: str = ""
     table: pd.DataFrame | None = None
     image: Path | None = None
@@ -22,13 +22,21 @@ class Block:
 class Report:
     blocks: list[Block] = field(default_factory=list)
     images: list[Path] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+    """(section, why): what had nothing to show, said once at the end."""
 
     def add(self, kind: str, text: str = "", **kw: object) -> None:
         self.blocks.append(Block(kind, text, **kw))  # type: ignore[arg-type]
 
     def figure(self, path: Path | None, caption: str, alt: str = "figure") -> None:
+        """An image and its caption; without an image, the caption as a note (a plain
+        sentence in italics, never re-read as Markdown: figure names hold underscores)."""
         if path is None:
-            self.add("p", f"_{caption}_")
+            self.add("note", caption)
             return
         self.images.append(path)
         self.add("img", caption, image=path, alt=alt)
+
+    def omit(self, section: str, why: str) -> None:
+        """Leave a section out: it has nothing to show, and the report says why once."""
+        self.left_out.append((section, why))

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import checkpoints, datapos, diagnosis, mix, plots, statesize, tables, tax, timeline
+from bench.report import checkpoints, datapos, diagnosis, mix, output, plots, statesize, tables, tax, timeline
 from bench.report.blocks import Report
 from bench.report.drawing import Drawing, Pending
-from bench.report.series import Series, build_series, run_tags
+from bench.report.series import Series, build_series, representative_trial, run_tags
 from bench.results.reader import Run
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}
@@ -119,13 +119,21 @@ def _build(runs: list[Run], series: list[Series], out: Path, figures: _Figures) 
     diagnosis.timeouts(rep, runs, plot_dir)
     diagnosis.stack_dumps(rep, runs, out)
     _timelines(rep, series, figures.timelines)
-    rep.add("h2", "Loss against the fault-free reference")
     path, caption = figures.loss.result()
-    rep.figure(path, caption, "loss curves")
+    if path is not None:
+        rep.add("h2", "Loss against the fault-free reference")
+        rep.figure(path, caption, "loss curves")
+    else:
+        rep.omit("Loss against the fault-free reference", caption)
+    _blind_spots(rep, series)
     rep.add("h2", "Points")
     rep.add("table", table=tables.scenario_points(runs))
     rep.add("h2", "Environment")
     rep.add("table", table=tables.environment(runs, tags))
+    if rep.left_out:
+        rep.add("h2", "Left out")
+        for section, why in rep.left_out:
+            rep.add("p", f"**{section}**: {why}")
     out.mkdir(parents=True, exist_ok=True)
     md = out / "report.md"
     md.write_text(render_markdown(rep, out))
@@ -168,38 +176,56 @@ def _projection(rep: Report, runs: list[Run]) -> None:
 
 
 def _distributions(rep: Report, figures: _Figures) -> None:
+    ecdf, box = figures.ecdf.result(), figures.box.result()
+    if ecdf is None and box is None:
+        rep.omit("Distributions", "no trial of any point has a latency figure (nothing was detected)")
+        return
     rep.add("h2", "Distributions")
-    path = figures.ecdf.result()
     rep.figure(
-        path,
+        ecdf,
         "Empirical CDF of time to detect and time to recover per point (log x): the further "
         "left and the steeper, the faster and the more predictable."
-        if path
+        if ecdf
         else "No trial of any point has ttd_s or ttr_s: nothing was detected, so there is no ECDF.",
         "ECDF",
     )
-    path = figures.box.result()
-    rep.figure(
-        path,
-        "Box (median, quartiles, whiskers at 1.5 IQR) per point with every trial as a dot."
-        if path
-        else "No latency figure exists in any trial: no box plot.",
-        "box plots",
-    )
+    rep.figure(box, "Box (median, quartiles, whiskers at 1.5 IQR) per point with every trial as a dot.", "box plots")
 
 
 def _phases(rep: Report, series: list[Series], bars: Pending[Path | None]) -> None:
-    rep.add("h2", "Phases of recovery")
     path = bars.result()
+    if path is None:
+        rep.omit("Phases of recovery", "no trial of any point recovered or was detected, so none has phases")
+        return
+    rep.add("h2", "Phases of recovery")
     rep.figure(
         path,
         "Median of each phase, stacked in the order they happen (detect, then the strategy's "
-        "phases, then catch-up). Medians of the parts need not add up to the median downtime (◆)."
-        if path
-        else "No trial has phase figures.",
+        "phases, then catch-up). Medians of the parts need not add up to the median downtime (◆).",
         "phase bars",
     )
     rep.add("table", table=tables.phases(series))
+
+
+def _blind_spots(rep: Report, series: list[Series]) -> None:
+    """What a job watched from outside could not show, per point (trials.csv ``blind``)."""
+    rows = []
+    for s in series:
+        df = s.rows()
+        if "blind" not in df:
+            continue
+        for text in sorted({str(v) for v in df["blind"].dropna() if str(v)}):
+            rows.append({"point": s.name, "what could not be known, and why (those figures are empty)": text})
+    if rows:
+        import pandas as pd
+
+        rep.add("h2", "What the job did not show")
+        rep.add(
+            "p",
+            "A job run as its own command is watched from outside: a figure its output and the probe "
+            "cannot tell is left empty, never guessed.",
+        )
+        rep.add("table", table=pd.DataFrame(rows))
 
 
 def _timelines(rep: Report, series: list[Series], drawn: list[Pending[tuple[Path | None, str]]]) -> None:
@@ -214,6 +240,15 @@ def _timelines(rep: Report, series: list[Series], drawn: list[Pending[tuple[Path
         rep.add("h3", s.name)
         path, why = pending.result()
         rep.figure(path, why, f"step-time timeline of {s.name}")
+        trial, _ = representative_trial(s)
+        if trial is None:
+            continue
+        rows = s.rows()
+        downtime = rows[rows["trial"] == trial]["downtime_s"].max() if "downtime_s" in rows else float("nan")
+        lines, more = output.around_fault(s.run.events_dir(s.point_hash, trial), float(downtime))
+        if lines:
+            rep.add("p", "What the job printed around the fault in that trial (seconds from the injection):")
+            rep.add("pre", "\n".join(lines + ([f"... {more} more lines in the trial's *.lines files"] if more else [])))
 
 
 def render_markdown(rep: Report, out: Path) -> str:
@@ -223,6 +258,10 @@ def render_markdown(rep: Report, out: Path) -> str:
             parts.append("#" * int(b.kind[1]) + " " + b.text + "\n")
         elif b.kind == "p":
             parts.append(b.text + "\n")
+        elif b.kind == "note":
+            parts.append(f"*{b.text}*\n")
+        elif b.kind == "pre":
+            parts.append(f"```text\n{b.text}\n```\n")
         elif b.kind == "table" and b.table is not None:
             parts.append(tables.markdown(b.table))
         elif b.kind == "img" and b.image is not None:
@@ -238,6 +277,10 @@ def render_html(rep: Report, title: str) -> str:
             body.append(f"<{b.kind}>{tables.escape(b.text)}</{b.kind}>")
         elif b.kind == "p":
             body.append(f"<p>{_inline(b.text)}</p>")
+        elif b.kind == "note":
+            body.append(f"<p><em>{tables.escape(b.text)}</em></p>")
+        elif b.kind == "pre":
+            body.append(f"<pre>{tables.escape(b.text)}</pre>")
         elif b.kind == "table" and b.table is not None:
             body.append(tables.html_table(b.table))
         elif b.kind == "img" and b.image is not None:

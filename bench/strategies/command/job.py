@@ -189,10 +189,49 @@ class CommandJob(Job):
         return bool(self.procs) and all(self.exits.get(n) == 0 for n, _ in self.procs)
 
     def observe(self, events: list[Event]) -> Observed:
-        """The figures' events from what this trial's job showed (:mod:`.translate`)."""
+        """The figures' events from what this trial's job showed (:mod:`.translate`),
+        and why a fault that never fired did not (the job's own reasons)."""
         lines = [line for path in sorted(self.ctx.events_dir.glob(f"*{LINES_SUFFIX}")) for line in read_lines(path)]
         lines.sort(key=lambda x: x[0])
-        return translate(events, parse(lines, self.params.progress), finished=self.finished())
+        observed = translate(events, parse(lines, self.params.progress), finished=self.finished())
+        observed.events.extend(self._unfired(events))
+        observed.events.sort(key=lambda e: e["t"])
+        return observed
+
+    def _unfired(self, events: list[Event]) -> list[Event]:
+        """``inject_skipped`` for each fault that neither fired nor was skipped, saying
+        what the job did instead: ended first, never showed a step, or (a fault that
+        found no process) carries no such ``RANK``."""
+        fired = {int(e.get("fault", 0)) for e in events if e["event"] in ("inject", "arm")}
+        skipped = {int(e.get("fault", 0)): e for e in events if e["event"] == "inject_skipped"}
+        ranks = sorted({int(e["rank"]) for e in events if e["event"] == "proc_start" and e.get("src") == "rank"})
+        steps = any(e["event"] == "step_end" for e in events)
+        ended = ", ".join(f"{n} exited {code}" for n, code in self.exits.items())
+        out: list[Event] = []
+        t = max((e["t"] for e in events), default=0)
+        for i, f in enumerate(self.ctx.scenario.faults):
+            if i in fired:
+                continue
+            if i in skipped:
+                wanted = list(skipped[i].get("ranks", []))
+                if wanted and not set(wanted) & set(ranks):
+                    why = (
+                        f"no process of the job says RANK={','.join(map(str, wanted))} in its environment "
+                        f"(the job's ranks: {ranks or 'none'}): a command job's rank r is the process whose "
+                        "environment says RANK=r"
+                    )
+                    out.append({**skipped[i], "t": skipped[i]["t"] + 1, "reason": why})
+                continue
+            over = bool(self.procs) and len(self.exits) == len(self.procs)
+            if not steps:
+                why = "the job never showed a step (no torch optimizer stepped, no progress line matched)"
+                why = f"the job ended before it showed a step ({ended})" if over else why
+            elif over:
+                why = f"the job ended before the fault's trigger ({ended})"
+            else:
+                why = "the fault's trigger was never reached"
+            out.append({"t": t, "event": "inject_skipped", "src": "job", "fault": i, "kind": f.kind, "reason": why})
+        return out
 
     def versions(self) -> dict[str, Any]:
         """What the job's own interpreter has: torch, torchft, NVRx."""
