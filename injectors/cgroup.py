@@ -116,19 +116,22 @@ def create_parent(name: str) -> Path:
     return path
 
 
-def join(parent: str, rank: int) -> Path:
-    """Put the calling process into a group of its own under ``parent`` (a trial's group,
-    named by the harness), without swap, so that a limit ends in the OOM killer and not
-    in swapping. Called first thing in a rank, before it imports torch."""
+def join(parent: str, rank: int, pid: int | None = None) -> Path:
+    """Put a process (the calling one by default) into a group of its own under
+    ``parent`` (a trial's group, named by the harness), without swap, so that a limit
+    ends in the OOM killer and not in swapping. Called first thing in a rank, before it
+    imports torch; for a command job's rank, by the harness the moment the rank's probe
+    announces it (still before torch: the import takes seconds)."""
+    pid = os.getpid() if pid is None else pid
     path = Path(os.path.realpath(parent))
     if not path.name.startswith(PREFIX) or ROOT not in path.parents:
         raise ValueError(f"{parent}: expected a group ftbench created under {ROOT}")
-    group = path / f"{PREFIX}r{rank}-{os.getpid()}"
+    group = path / f"{PREFIX}r{rank}-{pid}"
     group.mkdir()
     swap = group / ("memory.swappiness" if (group / "memory.swappiness").exists() else "memory.swap.max")
     if swap.exists():
         swap.write_text("0")
-    (group / "cgroup.procs").write_text(str(os.getpid()))
+    (group / "cgroup.procs").write_text(str(pid))
     return group
 
 

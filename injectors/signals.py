@@ -71,15 +71,19 @@ class Drain:
 
 
 class HostDown:
-    """One-shot, run by a host's agent: SIGKILL every process below the agent (ranks,
+    """One-shot. Run by a host's agent: SIGKILL every process below the agent (ranks,
     forkserver, an elastic agent and its workers), deepest first so that nobody is left
-    to restart anyone. The agent then vanishes too (:mod:`bench.hosts.agent`)."""
+    to restart anyone; the agent then vanishes too (:mod:`bench.hosts.agent`). Given the
+    processes a host was started as (``target.pids``: a command job's commands on that
+    host), the same to each of them and everything below it."""
 
     duration_s: float | None = None
     ends_host = True
 
     def inject(self, target: Target) -> dict[str, Any]:
-        return {"signal": "SIGKILL", "signalled": _send(descendants(os.getpid())[::-1], signal.SIGKILL)}
+        roots = list(target.pids) or [os.getpid()]
+        doomed = [p for root in roots for p in descendants(root)[::-1]] + list(target.pids)
+        return {"signal": "SIGKILL", "signalled": _send(doomed, signal.SIGKILL)}
 
     def undo(self) -> None:
         """Nothing to revert: a lost host stays lost for the rest of the trial."""

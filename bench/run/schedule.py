@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.procs.events import Event, EventWriter
+from bench.procs.hygiene import alive
 from bench.scenario import mix
 from bench.scenario.faults import COMPONENTS, FAULTS, FaultSpec
 from injectors.base import Target
@@ -40,6 +41,9 @@ class TrialState:
     hosts: dict[int, str] = field(default_factory=dict)
     """Launch rank -> host (``hN``) where host agents run it: torchrun's rendezvous, not
     the launch order, decides which host a rank lands on."""
+    host_roots: dict[int, list[int]] = field(default_factory=dict)
+    """Host index -> pids of the commands a command job started on it (what a whole-host
+    fault takes down, with everything below them)."""
     max_step: int = 0
     first_step_t: int | None = None
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
@@ -55,6 +59,8 @@ class TrialState:
             self.components[str(src)] = int(e["pid"])
         elif kind == "proc_exit" and src == "rank":
             self.exited.add(int(e["pid"]))
+        elif kind == "command_start" and "host" in e:
+            self.host_roots.setdefault(int(e["host"]), []).append(int(e["of_pid"]))
         elif kind == "step_end":
             self.max_step = max(self.max_step, int(e["step"]))
             self.step_times.append(float(e.get("step_s", 0.0)))
@@ -173,6 +179,8 @@ class ScheduledFault:
             pid = state.components.get(t.component)
             return [], ([pid] if pid else []), t.component
         live = state.live_ranks()
+        if t.host is not None and self.kind.whole_host and state.host_roots:
+            return self._host_of_commands(state, t.host)
         if t.ranks:
             ranks = list(t.ranks)
         elif t.host is not None and state.hosts:
@@ -185,6 +193,17 @@ class ScheduledFault:
             assert t.fraction is not None
             ranks = sorted(self.rng.sample(live, max(1, round(t.fraction * len(live))))) if live else []
         return ranks, state.live_pids(ranks), None
+
+    @staticmethod
+    def _host_of_commands(state: TrialState, host: int) -> tuple[list[int], list[int], str | None]:
+        """A command job's host: the commands started there (the pids a whole-host
+        fault is given) and the ranks running below them."""
+        from injectors.signals import descendants
+
+        roots = [p for p in state.host_roots.get(host, []) if alive(p)]
+        below = {p for root in roots for p in descendants(root)} | set(roots)
+        ranks = sorted(r for r, pid in state.pids.items() if pid in below and pid not in state.exited)
+        return ranks, roots, None
 
     def _fire(self, state: TrialState, harness: EventWriter) -> None:
         self.fired += 1

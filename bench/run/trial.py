@@ -127,8 +127,9 @@ def _oom_kills(events_dir: Path, since_ns: int) -> list[tuple[int, int, int, str
     OOM killer ended during the trial: its SIGKILL looks like any other, the kernel's
     log tells (and when, on the kernel's clock: :func:`kernel_offset_ns` maps it)."""
     pids: dict[int, int] = {}
-    for path in events_dir.glob("rank*-*.jsonl"):
-        rank, _, pid = path.stem.removeprefix("rank").partition("-")
+    # A rank's own events (``rankR-PID``), or the probe's on a command job's rank.
+    for path in [*events_dir.glob("rank*-*.jsonl"), *events_dir.glob("probe-rank*-*.jsonl")]:
+        rank, _, pid = path.stem.removeprefix("probe-").removeprefix("rank").partition("-")
         if rank.isdigit() and pid.isdigit():
             pids[int(pid)] = int(rank)
     return [(pids[pid], pid, t, msg) for pid, (t, msg) in sorted(oom_records(pids, since_ns=since_ns).items())]

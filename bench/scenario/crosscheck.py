@@ -96,7 +96,9 @@ def check_strategy(s: Scenario, file: str) -> None:
                 f"the real-time signal SIGRTMIN + index, and there are {limits.rt_signals()}",
                 f.kind,
             )
-        if FAULTS[f.kind].whole_host and not (s.launch.agents and f.target.host is not None):
+        if FAULTS[f.kind].whole_host and not (
+            (s.launch.agents or strategy.host_commands) and f.target.host is not None
+        ):
             raise ConfigError(
                 file,
                 f"faults.{i}",

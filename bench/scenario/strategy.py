@@ -97,6 +97,9 @@ class Strategy(Plugin):
     the shared supervisor, which a host agent plays on each host."""
     rank_side_faults: bool = True
     """Its collectives pass through ftbench's rank-side fault hooks."""
+    host_commands: bool = False
+    """Its hosts are the commands it started there (a command job): a whole-host fault
+    takes every process of those commands, whatever they started, without host agents."""
     workloads: tuple[str, ...] = ()
     """Workload kinds it can train (empty: every one)."""
     unbound_servers: tuple[str, ...] = ()

@@ -33,6 +33,7 @@ STRATEGIES.register(
         workloads=("command",),
         rank_side_faults=False,
         namespaces=True,
+        host_commands=True,
         components=("agent", "store"),
         blame=("detect@agent:first_failure",),
         unbound_servers=("a launcher's own stores and rendezvous (torchrun, ft_launcher), torchft's servers",),

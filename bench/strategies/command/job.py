@@ -17,6 +17,7 @@ turns what the probe and the output showed into the figures' events.
 from __future__ import annotations
 
 import os
+import re
 import select
 import subprocess
 import sys
@@ -46,6 +47,8 @@ class CommandJob(Job):
         ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.exits: dict[str, int] = {}
+        self._ranks_seen: dict[str, int] = {}
+        """A probe's events file -> the rank process it announced."""
         self.launcher: LocalLauncher | None = None
         if any(c.per_rank for c in self.params.commands):
             self.launcher = LocalLauncher(
@@ -127,12 +130,20 @@ class CommandJob(Job):
         self.output.add(f"{name}.out", out_r)
         self.output.add(f"{name}.err", err_r)
         self.procs.append((name, proc))
-        self.events.emit("command_start", command=name, pid=proc.pid, argv=argv, cwd=cwd, **_rank_of(extra))
+        self.events.emit(
+            "command_start", command=name, of_pid=proc.pid, host=c.host, argv=argv, cwd=cwd, **_rank_of(extra)
+        )
 
     def _fill(self, text: str) -> str:
-        return text.replace("{checkpoint_dir}", str(self.ctx.checkpoint_dir)).replace("{seed}", str(self.ctx.seed))
+        """The placeholders of an argument or environment value, for this trial."""
+        ctx = self.ctx
+        text = text.replace("{checkpoint_dir}", str(ctx.checkpoint_dir)).replace("{seed}", str(ctx.seed))
+        hosts = getattr(ctx.network, "hosts", None)
+        return re.sub(r"\{host(\d+)\}", lambda m: hosts[int(m.group(1))].address if hosts else "127.0.0.1", text)
 
     def poll(self, timeout_s: float) -> bool:
+        if self.ctx.memory_cgroup:
+            self._rank_pids()  # each new rank into a memory group of its own, at once
         live = [(n, p) for n, p in self.procs if n not in self.exits]
         if live:
             fds = [os.pidfd_open(p.pid) for _, p in live]
@@ -155,8 +166,27 @@ class CommandJob(Job):
     def _ranks_alive(self) -> list[int]:
         """Rank processes still running (the probe announced them; a launcher's orphan
         trains on after its agent is gone)."""
-        pids = {int(e["pid"]) for e in _probe_starts(self.ctx.events_dir)}
-        return [p for p in pids if alive(p)]
+        return [p for p in self._rank_pids() if alive(p)]
+
+    def _rank_pids(self) -> set[int]:
+        """Every rank process the probe has announced so far; a new one joins a memory
+        group of its own where the trial has one (an ``oom`` fault limits that group)."""
+        known = self._ranks_seen
+        for path in self.ctx.events_dir.glob("probe-rank*.jsonl"):
+            if path.name in known:
+                continue
+            start = _first_event(path)
+            if start is None or start.get("event") != "proc_start":
+                continue  # its first line is not written yet: next time
+            known[path.name] = pid = int(start["pid"])
+            if self.ctx.memory_cgroup:
+                from injectors.cgroup import join
+
+                try:
+                    join(self.ctx.memory_cgroup, int(start["rank"]), pid)
+                except OSError as err:  # it exited already
+                    self.events.emit("cgroup_join_failed", of_pid=pid, error=str(err))
+        return set(known.values())
 
     def close(self) -> None:
         ctx = self.ctx
@@ -247,21 +277,19 @@ def _rank_of_name(name: str) -> dict[str, int]:
     return {"of_rank": int(tail)} if tail.isdigit() else {}
 
 
-def _probe_starts(directory: Path) -> list[Event]:
+def _first_event(path: Path) -> Event | None:
+    """The first whole event of a probe's file, if it is written yet."""
     import json
 
-    out = []
-    for path in directory.glob("probe-rank*.jsonl"):
-        with open(path, "rb") as fh:
-            first = fh.readline()
-        if first.endswith(b"\n"):
-            try:
-                e = json.loads(first)
-            except ValueError:
-                continue
-            if e.get("event") == "proc_start":
-                out.append(e)
-    return out
+    with open(path, "rb") as fh:
+        first = fh.readline()
+    if not first.endswith(b"\n"):
+        return None
+    try:
+        event: Event = json.loads(first)
+    except ValueError:
+        return None
+    return event
 
 
 def _cmdline(pid: int) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bench.scenario.config import ConfigError, bounded
+from bench.scenario.crosscheck import uses_namespaces
 from bench.scenario.workload import WORKLOADS, WorkloadPlugin
 
 if TYPE_CHECKING:
@@ -24,10 +25,12 @@ if TYPE_CHECKING:
 PROGRESS_FORMATS = ("auto", "plain", "torchtitan", "megatron", "huggingface", "lightning", "none")
 """What ``progress`` may name besides a regular expression (see
 :mod:`bench.strategies.command.progress`)."""
-PLACEHOLDERS = ("{checkpoint_dir}", "{seed}")
+PLACEHOLDERS = ("{checkpoint_dir}", "{seed}", "{host0}")
 """What an argument or an environment value may contain, replaced per trial: the trial's
 own checkpoint folder (empty at the start of each trial; a ``storage`` fault fills its
-file system) and ``measure.seed``."""
+file system), ``measure.seed``, and ``{hostK}``, the address host K is reached at (its
+network namespace's, where hosts have their own; else the loopback), for a launcher's
+rendezvous endpoint."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,6 +98,15 @@ def check(scenario: Scenario, file: str) -> None:
             raise ConfigError(file, f"{key}.ranks", f"distinct ranks of the job (0 to {world - 1})", list(c.ranks))
         if c.ranks and not c.per_rank:
             raise ConfigError(file, f"{key}.ranks", "no ranks without per_rank = true", list(c.ranks))
+        per_host = scenario.launch.ranks_per_host
+        spread = uses_namespaces(scenario)  # hosts of their own: a rank's host is rank // ranks_per_host
+        if spread and c.per_rank and any(r // per_host != c.host for r in c.ranks or range(world)):
+            raise ConfigError(
+                file,
+                f"{key}.ranks",
+                f"ranks of host {c.host} ({per_host} a host: launch.ranks_per_host)",
+                list(c.ranks),
+            )
         cwd = os.path.join(base, c.cwd)
         if not os.path.isdir(cwd):
             raise ConfigError(file, f"{key}.cwd", "an existing folder", c.cwd or cwd)
