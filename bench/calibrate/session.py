@@ -1,14 +1,16 @@
-"""A calibration run: bare and ftbench trials interleaved, compared, stored like any run.
+"""A calibration run: reference and ftbench trials interleaved, compared, stored like any run.
 
-Trials alternate between the two paths (bare first on even trials, ftbench first on odd
-ones), so that a machine that slows down during the run slows both alike. Per case and
-figure (first and last survivor's detection) the verdict compares the medians: the
-difference must lie within ``max(abs_s, rel x bare median)``; the bootstrap confidence
-interval of the difference says whether the trials run were enough to tell.
+Trials alternate between the two paths (the reference first on even trials, ftbench
+first on odd ones), so that a machine that slows down during the run slows both alike.
+Per case and figure (the first and last survivor's detection; a restart case's recovery
+figures too) the verdict compares the medians: the difference must lie within
+``max(abs_s, rel x reference median)``; the bootstrap confidence interval of the
+difference says whether the trials run were enough to tell.
 
-The results directory holds both paths as points of one run (``path=bare`` and
-``path=ftbench``), so ``ftbench report`` draws them side by side, and ``run.json`` holds
-the comparisons and the probes under ``calibration``.
+The results directory holds both paths as points of one run (``path=bare``, ``user`` or
+``blackbox``, and ``path=ftbench``), so ``ftbench report`` draws them side by side, and
+``run.json`` holds the comparisons and the probes under ``calibration``. The reference
+path is called ``bare`` inside this module, whichever it is.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import bench
-from bench.calibrate import probes
+from bench.calibrate import probes, user
 from bench.calibrate.bare import BareLoop
 from bench.calibrate.cases import DEFAULT_MOMENT, Case, Moment
 from bench.calibrate.reference import Loop, ReferenceTrial, run_reference_trial
@@ -38,7 +40,6 @@ from bench.scenario.loader import identity, points
 from bench.scenario.model import Point
 
 Progress = Callable[[str], None]
-FIGURES = (("first", "ttd_rank_s", "first survivor"), ("last", "ttd_all_s", "last survivor"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,8 +47,10 @@ class Tolerance:
     abs_s: float = 0.005
     rel: float = 0.10
 
-    def of(self, bare_median: float) -> float:
-        return max(self.abs_s, self.rel * bare_median)
+    def of(self, bare_median: float, unit: str = "s") -> float:
+        """The largest difference of medians that passes; for a count of steps, the
+        absolute part is half a step (medians of whole steps), not ``abs_s``."""
+        return max(self.abs_s if unit == "s" else 0.5, self.rel * bare_median)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,6 +62,8 @@ class Comparison:
     tolerance_s: float
     diff_s: float
     ci: Interval
+    unit: str = "s"
+    """``s``, or ``steps`` (steps_lost): tolerance_s, diff_s and ci are in this unit."""
 
     @property
     def ok(self) -> bool:
@@ -98,6 +103,14 @@ def calibrate(
         )
         for c in cases
     }
+    boxes = {
+        c.name: replace(
+            points(c.blackbox(seed, moment=moment, script=str(user.SCRIPT)))[0],
+            label=f"case={c.name} path=blackbox",
+        )
+        for c in cases
+        if c.reference == "blackbox"
+    }
     info: dict[str, Any] = {
         "suite": "ftbench",
         "version": bench.__version__,
@@ -110,7 +123,7 @@ def calibrate(
         "trials": trials,
         "status": "running",
         "scenario": {"name": "calibrate", "description": "ftbench against bare torch.distributed", "raw": {}},
-        "points": [p for c in cases for p in _points(c, pts[c.name])],
+        "points": [p for c in cases for p in _points(c, pts[c.name], boxes.get(c.name))],
     }
     rundir.write_run_json(info)
     report = CalibrationReport(rundir=rundir, comparisons=[], probes={}, status="interrupted")
@@ -123,13 +136,13 @@ def calibrate(
                 for i, case in enumerate(cases):
                     paths = ("bare", "ftbench") if (trial + i) % 2 == 0 else ("ftbench", "bare")
                     for path in paths:
-                        first, last = _one(path, case, pts[case.name], host, rundir, trial, seed, moment)
-                        report.values.setdefault((case.name, path, "first"), []).append(first)
-                        report.values.setdefault((case.name, path, "last"), []).append(last)
+                        point = boxes[case.name] if path == "bare" and case.name in boxes else pts[case.name]
+                        found = _one(path, case, point, host, rundir, trial, seed, moment)
+                        for key, value in found.items():
+                            report.values.setdefault((case.name, path, key), []).append(value)
                         shown = path if path == "ftbench" else case.reference
-                        progress(
-                            f"[{trial + 1}/{trials}] {case.name:<15} {shown:<8} first {_ms(first)}  last {_ms(last)}"
-                        )
+                        figures = "  ".join(f"{k} {_show(k, v)}" for k, v in found.items())
+                        progress(f"[{trial + 1}/{trials}] {case.name:<15} {shown:<8} {figures}")
         report.status = "complete"
     finally:
         report.comparisons = compare(cases, report.values, tolerance)
@@ -151,22 +164,23 @@ def calibrate(
 
 def _one(
     path: str, case: Case, point: Point, host: ProcessHost, rundir: RunDir, trial: int, seed: int, moment: Moment
-) -> tuple[float, float]:
-    """One trial of one path: (first, last) survivor's detection in seconds. The path
-    ``bare`` is the case's reference loop, whichever it is."""
-    if path == "ftbench":
+) -> dict[str, float]:
+    """One trial of one path: the case's figures (s, or steps). The path ``bare`` is
+    the case's reference, whichever it is: a loop of its own, or a black-box job
+    (``point`` is then the command job's)."""
+    if path == "ftbench" or case.reference == "blackbox":
         result = run_trial(context(point, trial, host, rundir, "gloo", fault_free=False))
         record(rundir, point, trial, "gloo", result, reference=False)
         if result.outcome == "interrupted":
             raise KeyboardInterrupt
         figures = result.faults[0].figures
-        return figures["ttd_rank_s"], figures["ttd_all_s"]
+        return {key: figures[column] for key, column in case.figures}
     started = time.monotonic()
     trial_dir = rundir.path / "events" / _bare_hash(point)[:12] / str(trial)
     loop: Loop = UserLoop(case, trial_dir, seed=seed) if case.reference == "user" else BareLoop(case, moment, trial_dir)
     bare = run_reference_trial(case, loop, moment=moment, seed=seed, trial=trial)
     rundir.add_rows([_bare_row(case, point, trial, seed, bare, time.monotonic() - started)])
-    return bare.first_s, bare.last_s
+    return {"first": bare.first_s, "last": bare.last_s}
 
 
 def compare(
@@ -174,20 +188,22 @@ def compare(
 ) -> list[Comparison]:
     out = []
     for case in cases:
-        for key, _column, _title in FIGURES:
+        for key, column in case.figures:
             b = [v for v in values.get((case.name, "bare", key), []) if not math.isnan(v)]
             f = [v for v in values.get((case.name, "ftbench", key), []) if not math.isnan(v)]
             if not b or not f:
                 continue
+            unit = "steps" if column == "steps_lost" else "s"
             out.append(
                 Comparison(
                     case=case.name,
                     figure=key,
                     bare=b,
                     ftbench=f,
-                    tolerance_s=tolerance.of(median(b)),
+                    tolerance_s=tolerance.of(median(b), unit),
                     diff_s=median(f) - median(b),
                     ci=median_difference_ci(f, b),
+                    unit=unit,
                 )
             )
     return out
@@ -196,24 +212,26 @@ def compare(
 def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
     """A fixed-width table with a units row and a final verdict, as nccl-tests prints."""
     head = (
-        f"{'case':<16}{'survivor':<10}{'n':>4}{'reference':>10}{'ftbench':>10}{'diff':>10}"
+        f"{'case':<22}{'figure':<11}{'n':>4}{'reference':>10}{'ftbench':>10}{'diff':>10}"
         f"{'95% CI of diff':>22}{'tolerance':>11}  verdict"
     )
-    units = f"{'':<16}{'':<10}{'':>4}{'(ms)':>10}{'(ms)':>10}{'(ms)':>10}{'(ms)':>22}{'(ms)':>11}"
+    units = f"{'':<22}{'':<11}{'':>4}{'(ms)':>10}{'(ms)':>10}{'(ms)':>10}{'(ms)':>22}{'(ms)':>11}"
     lines = [
-        "# medians over the trials that have the figure; diff = ftbench - reference",
-        "# reference: bare_rank.py (ftbench's workload without ftbench), or for *-user cases examples/ddp/train.py",
+        "# medians over the trials that have the figure; diff = ftbench - reference; steps_lost in steps",
+        "# reference: bare_rank.py (ftbench's workload without ftbench); for *-user cases examples/ddp/train.py;",
+        "# for *-blackbox cases that script run as a command job, watched from outside",
         head,
         units,
     ]
     for c in report.comparisons:
-        ci = f"[{c.ci.low * 1e3:+.1f}, {c.ci.high * 1e3:+.1f}]" if c.ci.exists else "-"
+        k = 1e3 if c.unit == "s" else 1.0
+        ci = f"[{c.ci.low * k:+.1f}, {c.ci.high * k:+.1f}]" if c.ci.exists else "-"
         verdict = "ok" if c.ok else "OUT OF BOUNDS"
         if c.ok and not c.resolved:
             verdict += " (the CI is wider than the tolerance: more trials would tell)"
         lines.append(
-            f"{c.case:<16}{c.figure:<10}{min(len(c.bare), len(c.ftbench)):>4}{median(c.bare) * 1e3:>10.2f}"
-            f"{median(c.ftbench) * 1e3:>10.2f}{c.diff_s * 1e3:>+10.2f}{ci:>22}{c.tolerance_s * 1e3:>11.2f}"
+            f"{c.case:<22}{c.figure:<11}{min(len(c.bare), len(c.ftbench)):>4}{median(c.bare) * k:>10.2f}"
+            f"{median(c.ftbench) * k:>10.2f}{c.diff_s * k:>+10.2f}{ci:>22}{c.tolerance_s * k:>11.2f}"
             f"  {verdict}"
         )
     p = report.probes
@@ -231,8 +249,24 @@ def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
     return "\n".join(lines)
 
 
-def _points(case: Case, point: Point) -> list[dict[str, Any]]:
+def _points(case: Case, point: Point, box: Point | None) -> list[dict[str, Any]]:
     config = identity(point.scenario)
+    ftbench = {
+        "point_hash": point.point_hash,
+        "label": point.label,
+        "values": {"case": case.name, "path": "ftbench"},
+        "config": config,
+    }
+    if box is not None:
+        return [
+            {
+                "point_hash": box.point_hash,
+                "label": box.label,
+                "values": {"case": case.name, "path": "blackbox"},
+                "config": identity(box.scenario),
+            },
+            ftbench,
+        ]
     return [
         {
             "point_hash": _bare_hash(point),
@@ -293,13 +327,16 @@ def _jsonable(c: Comparison) -> dict[str, Any]:
         "ci_low_s": c.ci.low,
         "ci_high_s": c.ci.high,
         "tolerance_s": c.tolerance_s,
+        "unit": c.unit,
         "ok": c.ok,
         "resolved": c.resolved,
     }
 
 
-def _ms(v: float) -> str:
-    return "-" if math.isnan(v) else f"{v * 1e3:8.2f} ms"
+def _show(key: str, v: float) -> str:
+    if math.isnan(v):
+        return "-"
+    return f"{v:.0f}" if key == "steps_lost" else f"{v * 1e3:8.2f} ms"
 
 
 def _now() -> str:

@@ -61,29 +61,7 @@ class UserLoop:
         c = self.case
         args = ["--steps", "10000000", "--pg-timeout-s", str(c.pg_timeout_s), "--seed", str(self.seed)]
         args += ["--log-every", "1", "--failure-log", str(self.failures), "--hard-exit"]
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(c.world_size),
-            LOCAL_WORLD_SIZE=str(c.world_size),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(store_port),
-            TORCHELASTIC_USE_AGENT_STORE="True",
-            OMP_NUM_THREADS="1",
-            GLOO_SOCKET_IFNAME="lo",
-        )
-        log = open(self.trial_dir / f"user-rank{rank}.log", "wb")  # noqa: SIM115 (the child holds it)
-        try:
-            return subprocess.Popen(
-                [sys.executable, str(SCRIPT), *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=set_pdeathsig,
-                env=env,
-            )
-        finally:
-            log.close()
+        return start_rank(rank, c.world_size, store_port, args, self.trial_dir / f"user-rank{rank}.log")
 
     def progress(self) -> Progress:
         """Rank 0's newest progress line, read on from where the last look stopped."""
@@ -109,3 +87,34 @@ class UserLoop:
 
     def raised(self) -> dict[int, int]:
         return {int(r["rank"]): int(r["t"]) for r in map(json.loads, lines(self.failures))}
+
+
+def start_rank(
+    rank: int, world_size: int, store_port: int, args: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """The example script as rank ``rank``, started the way torchrun starts a worker
+    around the harness's store (``env``: the environment to start from), dying with
+    the harness; its output goes to ``log_path``."""
+    worker = dict(
+        os.environ if env is None else env,
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(store_port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+    )
+    log = open(log_path, "wb")  # noqa: SIM115 (the child holds it)
+    try:
+        return subprocess.Popen(
+            [sys.executable, str(SCRIPT), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=set_pdeathsig,
+            env=worker,
+        )
+    finally:
+        log.close()

@@ -25,7 +25,8 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
     "cases",
     multiple=True,
     metavar="CASE",
-    help="kill-ddp, kill-ddp-user, kill-allreduce or stall-ddp (repeatable; default: all four).",
+    help="kill-ddp, kill-ddp-user, kill-allreduce, stall-ddp, kill-ddp-blackbox or restart-ddp-blackbox "
+    "(repeatable; default: all but the last, which takes a minute a trial pair).",
 )
 @click.option(
     "--trials",
@@ -103,7 +104,7 @@ def calibrate(
         args += [f"--after-s={after_s}"] if after_s is not None else []
         sys.exit(_in_environment(env_spec, args))
     from bench.calibrate import user
-    from bench.calibrate.cases import BY_NAME, CASES, DEFAULT_MOMENT, Moment
+    from bench.calibrate.cases import BY_NAME, DEFAULT_CASES, DEFAULT_MOMENT, Moment
     from bench.calibrate.session import Tolerance, format_table
     from bench.calibrate.session import calibrate as run_calibration
 
@@ -113,13 +114,13 @@ def calibrate(
     if at_step is not None and after_s is not None:
         raise ConfigError("--after-s", "", "either --at-step or --after-s, not both", after_s)
     moment = DEFAULT_MOMENT if at_step is None and after_s is None else Moment(at_step=at_step, after_s=after_s)
-    chosen = [BY_NAME[n] for n in cases] if cases else list(CASES)
+    chosen = [BY_NAME[n] for n in cases or DEFAULT_CASES]
     why = user.unavailable()
-    if why and any(c.reference == "user" for c in chosen):
+    if why and any(c.reference in ("user", "blackbox") for c in chosen):
         if cases:
             raise ConfigError("--case", "", "a case whose reference loop is here", f"{why}")
-        click.echo(f"ftbench: skipping the *-user cases: {why}", err=True)
-        chosen = [c for c in chosen if c.reference != "user"]
+        click.echo(f"ftbench: skipping the cases of examples/ddp/train.py: {why}", err=True)
+        chosen = [c for c in chosen if c.reference not in ("user", "blackbox")]
     tolerance = Tolerance(abs_s=tolerance_ms / 1e3, rel=tolerance_rel)
     signal.signal(signal.SIGTERM, interrupt)
     try:

@@ -16,7 +16,9 @@ from the newest checkpoint it finds there, as a restarted job does.
 ``--failure-log PATH`` appends one JSON line when a step fails (the step, the error and
 ``time.monotonic_ns()``, taken first thing in the ``except`` clause). The error then
 ends the process: printed, and the interpreter's own exit, or with ``--hard-exit`` at
-once (``os._exit(1)``), as jobs do that must not hang in a process group's teardown.
+once (``os._exit(1)``, nothing printed), as jobs do that must not hang in a process
+group's teardown. At the end rank 0 prints how long its steps took after
+``--warmup-steps`` (``timing: N steps W s wall C s cpu``).
 """
 
 from __future__ import annotations
@@ -25,9 +27,7 @@ import argparse
 import datetime
 import json
 import os
-import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--ckpt-every", type=int, default=50)
     parser.add_argument("--failure-log", type=Path)
     parser.add_argument("--hard-exit", action="store_true")
+    parser.add_argument("--warmup-steps", type=int, default=20)
     args = parser.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout_s))
@@ -94,6 +95,7 @@ def main() -> None:
 
     batch = world * args.batch_per_rank
     lo, hi = rank * args.batch_per_rank, (rank + 1) * args.batch_per_rank
+    timed_from: tuple[int, float, float] | None = None
     for step in range(start, args.steps + 1):
         try:
             x, y = global_batch(args.seed, step, batch, args.in_features, teacher)
@@ -109,16 +111,20 @@ def main() -> None:
                 with open(args.failure_log, "a") as fh:
                     fh.write(line + "\n")
             if args.hard_exit:
-                traceback.print_exc()
-                sys.stderr.flush()
                 os._exit(1)
             raise
         if rank == 0 and (step % args.log_every == 0 or step == args.steps):
             print(f"step {step} loss {loss_value:.6f}", flush=True)
+        if step == start + args.warmup_steps - 1:
+            timed_from = (step, time.perf_counter(), time.process_time())
         if args.ckpt_dir is not None and rank == 0 and step % args.ckpt_every == 0:
             tmp = args.ckpt_dir / f".step-{step}.pt.tmp"
             torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step}, tmp)
             tmp.rename(args.ckpt_dir / f"step-{step}.pt")
+    if rank == 0 and timed_from is not None:
+        first, wall, cpu = timed_from
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        print(f"timing: {args.steps - first} steps {wall:.6f} s wall {cpu:.6f} s cpu", flush=True)
     dist.destroy_process_group()
 
 

@@ -96,6 +96,9 @@ class Probe:
         self.clock: int | None = None
         """id() of the optimizer whose steps are the job's steps."""
         self.last_t = time.monotonic_ns()
+        self.spent_ns = 0
+        """Time spent in the step hook, its own timing included: what the probe costs
+        the job per step, measured in place (reported at exit)."""
         self._fd = -1
         self._base = ""
         if self.rank is not None:
@@ -138,10 +141,11 @@ class Probe:
         atexit.register(self._exiting)
 
     def _exiting(self) -> None:
-        self.emit("proc_exit", exitcode=None, how="atexit")
+        self.emit("proc_exit", exitcode=None, how="atexit", steps=self.count, probe_s=self.spent_ns / 1e9)
 
     def after_step(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         """The global optimizer step hook: one ``step_end`` per step of the clock."""
+        entered = time.perf_counter_ns()
         if self.clock is None:
             self.clock = id(optimizer)
             self.offset = _state_step(optimizer)
@@ -163,6 +167,7 @@ class Probe:
         )
         os.write(self._fd, line.encode())
         self.last_t = t
+        self.spent_ns += time.perf_counter_ns() - entered
 
     def raised(self, exc: BaseException, site: str) -> None:
         """An exception left torch here: recorded once, wherever it is seen first."""

@@ -29,6 +29,7 @@ from bench.jobs.job import Job, Observed
 from bench.procs.events import Event, EventWriter
 from bench.procs.hygiene import alive, marked_pids, set_pdeathsig
 from bench.procs.launcher import LocalLauncher
+from bench.procs.store import free_port
 from bench.strategies.command.output import LINES_SUFFIX, OutputCapture, read_lines
 from bench.strategies.command.progress import parse
 from bench.strategies.command.translate import translate
@@ -49,6 +50,8 @@ class CommandJob(Job):
         self.exits: dict[str, int] = {}
         self._ranks_seen: dict[str, int] = {}
         """A probe's events file -> the rank process it announced."""
+        self._port = free_port()
+        """``{free_port}``: one free port for the whole trial (a launcher's rendezvous)."""
         self.launcher: LocalLauncher | None = None
         if any(c.per_rank for c in self.params.commands):
             self.launcher = LocalLauncher(
@@ -138,6 +141,7 @@ class CommandJob(Job):
         """The placeholders of an argument or environment value, for this trial."""
         ctx = self.ctx
         text = text.replace("{checkpoint_dir}", str(ctx.checkpoint_dir)).replace("{seed}", str(ctx.seed))
+        text = text.replace("{free_port}", str(self._port))
         hosts = getattr(ctx.network, "hosts", None)
         return re.sub(r"\{host(\d+)\}", lambda m: hosts[int(m.group(1))].address if hosts else "127.0.0.1", text)
 

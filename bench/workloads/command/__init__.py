@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 PROGRESS_FORMATS = ("auto", "plain", "torchtitan", "megatron", "huggingface", "lightning", "none")
 """What ``progress`` may name besides a regular expression (see
 :mod:`bench.strategies.command.progress`)."""
-PLACEHOLDERS = ("{checkpoint_dir}", "{seed}", "{host0}")
+PLACEHOLDERS = ("{checkpoint_dir}", "{seed}", "{host0}", "{free_port}")
 """What an argument or an environment value may contain, replaced per trial: the trial's
 own checkpoint folder (empty at the start of each trial; a ``storage`` fault fills its
-file system), ``measure.seed``, and ``{hostK}``, the address host K is reached at (its
-network namespace's, where hosts have their own; else the loopback), for a launcher's
+file system), ``measure.seed``, ``{hostK}``, the address host K is reached at (its
+network namespace's, where hosts have their own; else the loopback), and a port that
+was free when the trial started (the same everywhere in the trial), for a launcher's
 rendezvous endpoint."""
 
 
