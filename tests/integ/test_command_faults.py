@@ -25,12 +25,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp" / "train.py"
 
 def scenario(fault: str, *, steps: int = 3000, extra: str = "", ckpt: bool = False, deadline_s: int = 60) -> str:
     """Two commands, one per rank and host, each the example script on its own rank."""
-    args = [sys.executable, str(EXAMPLE), "--steps", str(steps), "--pg-timeout-s", "5", "--hard-exit", "--log-every", "10"]
+    args = [sys.executable, str(EXAMPLE), "--steps", str(steps), "--pg-timeout-s", "5", "--hard-exit"]
+    args += ["--log-every", "10"]
     if ckpt:
         args += ["--ckpt-dir", "{checkpoint_dir}", "--ckpt-every", "5"]
-    commands = "".join(
-        f"[[workload.commands]]\nargv = {json.dumps(args)}\nper_rank = true\nranks = [{r}]\nhost = {r}\n" for r in (0, 1)
-    )
+    command = "[[workload.commands]]\nargv = {argv}\nper_rank = true\nranks = [{r}]\nhost = {r}\n"
+    commands = "".join(command.format(argv=json.dumps(args), r=r) for r in (0, 1))
     return f"""
 name = "command-faults"
 [workload]
