@@ -104,6 +104,9 @@ class Observed:
     finished), instead of ``workload.steps``."""
     blind: dict[str, str] = field(default_factory=dict)
     """Figure -> why it cannot be known in this trial: left empty, the reason reported."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """What -> where it was seen (steps, step numbers, detection, loss...), for a job
+    watched from outside; empty for ftbench's own ranks, which report it all."""
 
 
 class Job(ABC):

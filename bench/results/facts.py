@@ -101,14 +101,18 @@ class FaultFigures:
     """What could not be known in this trial and why (``figure: reason; ...``), for a
     job watched from outside; those figures are empty."""
 
-    def blind_out(self, reasons: dict[str, str]) -> None:
-        """Empty the figures that cannot be known (``reasons``: figure -> why), and say why."""
-        if not reasons:
-            return
-        for name in reasons:
+    sources: str = ""
+    """Where a job watched from outside showed what its figures come from
+    (``steps: ...; detection: ...``)."""
+
+    def observed_from_outside(self, blind: dict[str, str], sources: dict[str, str]) -> None:
+        """Empty the figures that cannot be known (``blind``: figure -> why), say why,
+        and say where the rest came from."""
+        for name in blind:
             if name in self.figures:
                 self.figures[name] = NAN
-        self.blind = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+        self.blind = "; ".join(f"{k}: {v}" for k, v in sorted(blind.items()))
+        self.sources = "; ".join(f"{k}: {v}" for k, v in sources.items())
 
     def row(self) -> dict[str, object]:
         """The fault's cells of trials.csv."""
@@ -128,6 +132,7 @@ class FaultFigures:
             "tolerance_s": self.tolerance_s,
             **self.clock_err,
             **({"blind": self.blind} if self.blind else {}),
+            **({"sources": self.sources} if self.sources else {}),
         }
 
 

@@ -241,8 +241,9 @@ def _result(ctx: TrialContext, job: Job, outcome: str, start: int, reference: Tr
         reference=reference,
         blame=STRATEGIES[s.recovery.strategy].blame,
     )
-    for f in figures:
-        f.blind_out(observed.blind)
+    if observed.blind or observed.sources:
+        for f in figures:
+            f.observed_from_outside(observed.blind, observed.sources)
     return TrialResult(
         faults=figures,
         facts=trial_facts(events, steps=steps, warmup_steps=w.warmup_steps),

@@ -59,7 +59,25 @@ def translate(events: Sequence[Event], progress: Sequence[ProgressLine], *, fini
     if not steps:
         blind["steps"] = "the job showed no step: no torch optimizer stepped and no progress line matched"
     out.sort(key=lambda e: e["t"])
-    return Observed(events=out, steps=last, blind=blind)
+    return Observed(events=out, steps=last, blind=blind, sources=_sources(events, progress, blind))
+
+
+def _sources(events: Sequence[Event], progress: Sequence[ProgressLine], blind: dict[str, str]) -> dict[str, str]:
+    """Where each kind of figure came from in this trial."""
+    kinds = {e["event"] for e in events}
+    sites = sorted({str(e.get("site")) for e in events if e["event"] == "raised"})
+    out = {
+        "steps": "the optimizer's step hook (probe)" if "step_end" in kinds else "progress lines (read times)",
+        "step numbers": "progress lines" if any(p.step is not None for p in progress) else "the optimizer's count",
+        "detection": "exceptions out of " + ", ".join(sites) if sites else "none seen",
+    }
+    if "detect" in kinds:
+        out["detection"] += "; the launcher's agent monitor"
+    if any(p.loss is not None for p in progress):
+        out["loss"] = "progress lines"
+    if kinds & {"teardown_end", "rendezvous_end", "workers_started", "reconfigured", "quorum"}:
+        out["phases"] = "the launcher's own lifecycle (agent), the probe's process groups and quorums"
+    return {k: v for k, v in out.items() if k not in blind}
 
 
 def _align(steps: list[Event], progress: Sequence[ProgressLine], blind: dict[str, str]) -> list[Event]:
