@@ -421,6 +421,10 @@ class _Loader(importlib.abc.Loader):
         self.inner.exec_module(module)
         _guarded(self.hook)(module)
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the module's own loader's (``get_source``, ``is_package``...)."""
+        return getattr(self.inner, name)
+
 
 class _Finder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: hands the modules the probe hooks to their own loaders,
