@@ -26,15 +26,15 @@ def job(tmp_path: Path) -> Callable[..., str]:
     """A scenario running ``code`` (written to a file) as a one-command job of two
     ranks, rank 1 killed after step 3 (``workload``: more ``[workload]`` keys, TOML values)."""
 
-    def scenario(code: str, **workload: str) -> str:
+    def scenario(code: str, deadline_s: float = 6, **workload: str) -> str:
         script = tmp_path / "job.py"
         script.write_text(textwrap.dedent(code))
-        return _scenario([sys.executable, str(script)], workload)
+        return _scenario([sys.executable, str(script)], workload, deadline_s)
 
     return scenario
 
 
-def _scenario(argv: list[str], workload: dict[str, str]) -> str:
+def _scenario(argv: list[str], workload: dict[str, str], deadline_s: float) -> str:
     argv_toml = json.dumps(argv)
     keys = "".join(f"{k} = {v}\n" for k, v in workload.items())
     return f"""
@@ -54,7 +54,7 @@ trigger = {{ at_step = 3 }}
 
 [measure]
 trials = 1
-deadline_s = 6
+deadline_s = {deadline_s}
 """
 
 
@@ -121,7 +121,7 @@ TRAINS = """
 import torch
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(1, 2001):
+for step in range(1, 301):
     opt.zero_grad()
     model(torch.randn(8, 4)).sum().backward()
     opt.step()
@@ -135,7 +135,8 @@ def test_a_rank_the_job_does_not_carry_and_a_regex_that_never_matches_are_said(
     """The job trains on one process that says no RANK: the fault on rank 1 finds no
     process and says why; steps come from its optimizer, and the loss it never shows
     (the regex matches nothing) is empty with the reason."""
-    (row,) = rows(run_scenario(job(TRAINS, progress="'^never (?P<step>[0-9]+) (?P<loss>[^ ]+)$'")))
+    regex = "'^never (?P<step>[0-9]+) (?P<loss>[^ ]+)$'"
+    (row,) = rows(run_scenario(job(TRAINS, deadline_s=60, progress=regex)))
     assert row["outcome"] == "not_injected", row
     assert "RANK=1" in row["error"], row["error"]
     assert "loss_delta" in row["blind"] and "no progress line" in row["blind"], row["blind"]
