@@ -152,11 +152,13 @@ def _calibration(rep: Report, runs: list[Run]) -> None:
         rep.add("h2", "Calibration against bare torch.distributed")
         rep.add(
             "p",
-            "The same fault and configuration through ftbench (`path=ftbench`, the stock fail-stop "
-            "strategy) and through a bare torch.distributed loop with no ftbench code in its ranks "
-            "(`path=bare`), interleaved. `diff` is the difference of the medians (ftbench - bare) with a "
-            f"bootstrap 95 % interval; the tolerance is max({tol.get('abs_s', 0) * 1e3:g} ms, "
-            f"{tol.get('rel', 0):.0%} of the bare median).",
+            "The same fault and configuration through ftbench (`path=ftbench`, a stock strategy) and "
+            "through a reference, interleaved: a bare torch.distributed loop with no ftbench code in its "
+            "ranks (`path=bare`), a plain DDP script written as users write one (`path=user`), or that "
+            "script run as a command job watched from outside (`path=blackbox`). `diff` is the "
+            "difference of the medians (ftbench - reference) with a bootstrap 95 % interval; the "
+            f"tolerance is max({tol.get('abs_s', 0) * 1e3:g} ms, {tol.get('rel', 0):.0%} of the "
+            "reference median) (half a step for steps_lost).",
         )
         rep.add("table", table=tables.calibration(cal))
 

@@ -185,19 +185,20 @@ def escape(text: str) -> str:
 
 
 def calibration(cal: dict[str, Any]) -> pd.DataFrame:
-    """One row per case and survivor, and one per instrument probe."""
+    """One row per case and figure, and one per instrument probe."""
     rows = []
     for c in cal.get("comparisons", []):
+        show = seconds if c.get("unit", "s") == "s" else (lambda v: f"{v:.1f} steps")
         rows.append(
             {
                 "case": c["case"],
-                "survivor": c["figure"],
+                "figure": c["figure"],
                 "n": min(c["n_bare"], c["n_ftbench"]),
-                "bare": seconds(c["bare_median_s"]),
-                "ftbench": seconds(c["ftbench_median_s"]),
-                "diff": seconds(c["diff_s"]),
-                "95 % CI of diff": f"[{seconds(c['ci_low_s'])}, {seconds(c['ci_high_s'])}]",
-                "tolerance": seconds(c["tolerance_s"]),
+                "reference": show(c["bare_median_s"]),
+                "ftbench": show(c["ftbench_median_s"]),
+                "diff": show(c["diff_s"]),
+                "95 % CI of diff": f"[{show(c['ci_low_s'])}, {show(c['ci_high_s'])}]",
+                "tolerance": show(c["tolerance_s"]),
                 "verdict": "ok" if c["ok"] else "OUT OF BOUNDS",
             }
         )
@@ -206,7 +207,7 @@ def calibration(cal: dict[str, Any]) -> pd.DataFrame:
             {
                 "case": f"probe: {name.replace('_', ' ')}",
                 "n": p["n"],
-                "bare": "",
+                "reference": "",
                 "ftbench": f"median {seconds(p['median_s'])}, max {seconds(p['max_s'])}",
             }
         )
