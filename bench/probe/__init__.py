@@ -18,12 +18,15 @@ SITE = Path(__file__).resolve().parent / "site"
 never a writable place of the run's."""
 
 
-def environment(events_dir: str | Path, env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the probe switched on for every Python process started from it."""
-    from bench.probe.site.ftbench_probe import DIR_ENV, OWNER_ENV
+def environment(events_dir: str | Path, env: dict[str, str], *, rank_base: int = 0) -> dict[str, str]:
+    """``env`` with the probe switched on for every Python process started from it;
+    ``rank_base`` is added to the ``RANK`` they carry (several launchers of one job)."""
+    from bench.probe.site.ftbench_probe import DIR_ENV, OWNER_ENV, RANK_BASE_ENV
 
     path = env.get("PYTHONPATH", "")
-    out = {k: v for k, v in env.items() if k != OWNER_ENV}
+    out = {k: v for k, v in env.items() if k not in (OWNER_ENV, RANK_BASE_ENV)}
     out["PYTHONPATH"] = os.pathsep.join([str(SITE), *([path] if path else [])])
     out[DIR_ENV] = str(events_dir)
+    if rank_base:
+        out[RANK_BASE_ENV] = str(rank_base)
     return out

@@ -169,8 +169,22 @@ def label(name: str, values: Sequence[tuple[str, Any]]) -> str:
 
 
 def _short(value: Any) -> str:
-    """A swept table (a whole fault, say) shows as ``kind(knob=value, ...)``."""
+    """A swept table (a whole fault, say) shows as ``kind(knob=value, ...)``; a command
+    job's commands (a whole workload, or its ``commands``) by their names, or their
+    programs: an argv would make a label of hundreds of characters."""
+    commands = value.get("commands") if isinstance(value, Mapping) else value
+    if isinstance(commands, list) and commands and all(isinstance(c, Mapping) and "argv" in c for c in commands):
+        named = [str(c.get("name") or _program(c["argv"])) for c in commands if not c.get("service")]
+        return "+".join(dict.fromkeys(named))
     if isinstance(value, Mapping) and "kind" in value:
         knobs = [f"{k}={v}" for k, v in value.items() if k not in ("kind", "target", "trigger")]
         return str(value["kind"]) + (f"({','.join(knobs)})" if knobs else "")
     return str(value)
+
+
+def _program(argv: Any) -> str:
+    """A command's program and script, short: ``torchrun:train``."""
+    words = [str(a) for a in argv] if isinstance(argv, list) else [str(argv)]
+    script = next((w.rsplit("/", 1)[-1].removesuffix(".py") for w in words[1:] if w.endswith(".py")), "")
+    program = words[0].rsplit("/", 1)[-1] if words else "?"
+    return f"{program}:{script}" if script else program

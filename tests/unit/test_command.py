@@ -28,7 +28,7 @@ def lines(*texts: str, t0: int = 1_000) -> list[tuple[int, str, str]]:
         ("step 10 loss 0.5", "plain", 10, 0.5),
         ("\x1b[36mstep: 12\x1b[0m  loss:  7.1234  memory: 1GiB", "torchtitan", 12, 7.1234),
         (" iteration       30/     100 | consumed samples: 960 | lm loss: 2.5E+00 |", "megatron", 30, 2.5),
-        ("Epoch 1:  50%|█████     | 5/10 [00:01<00:01, 4.0it/s, v_num=0, train_loss=0.25]", "lightning", 15, None),
+        ("Epoch 1:  50%|█████     | 5/10 [00:01<00:01, 4.0it/s, v_num=0, train_loss=0.25]", "lightning", 15, 0.25),
         ("[rank0]: step 7 loss nan", "auto", 7, math.nan),
     ],
 )
@@ -45,9 +45,18 @@ def test_progress_formats(text: str, fmt: str, step: int, loss: float | None) ->
 
 def test_huggingface_losses_go_with_the_step_its_bar_showed_last() -> None:
     found = parse_progress(
-        lines(" 10%|█         | 10/100 [00:01<00:09]", "{'loss': 1.25, 'epoch': 0.1}"), "huggingface"
+        lines(
+            " 10%|█         | 10/100 [00:01<00:09]",
+            "{'loss': '1.25', 'grad_norm': '0.5', 'epoch': '0.1'}",  # transformers 5 quotes its values
+            "Writing model shards: 100%|██████████| 1/1 [00:00<00:00]",  # another bar: no step
+        ),
+        "huggingface",
     )
     assert [(p.step, p.loss) for p in found] == [(10, None), (10, 1.25)]
+
+
+def test_a_step_inside_a_dumped_structure_is_no_progress_line() -> None:
+    assert parse_progress(lines("QuorumMember { replica_id: 1, step: 0, world_size: 1 }"), "auto") == []
 
 
 def test_a_rank_prefix_says_who_printed_and_none_matches_nothing() -> None:

@@ -48,6 +48,9 @@ from typing import Any
 
 DIR_ENV = "FTBENCH_PROBE_DIR"
 """The events folder; the probe does nothing where it is unset."""
+RANK_BASE_ENV = "FTBENCH_PROBE_RANK_BASE"
+"""Added to the ``RANK`` a process carries: the job's rank where several launchers each
+count their ranks from 0 (torchft's replica groups, one torchrun each)."""
 OWNER_ENV = "FTBENCH_PROBE_OWNER"
 """``RANK:PID`` of the rank process a child inherited its environment from: a child with
 the same ``RANK`` is that rank's helper, not the rank."""
@@ -82,9 +85,10 @@ class Probe:
         self.directory = directory
         self.pid = os.getpid()
         env = os.environ
-        rank = env.get("RANK", "")
+        found, base = env.get("RANK", ""), env.get(RANK_BASE_ENV, "0")
+        rank = str(int(found) + int(base)) if found.isdigit() and base.isdigit() else ""
         owner = env.get(OWNER_ENV, "")
-        self.rank: int | None = int(rank) if rank.isdigit() and not owner.startswith(f"{rank}:") else None
+        self.rank: int | None = int(rank) if rank and not owner.startswith(f"{rank}:") else None
         self.src = "rank" if self.rank is not None else "proc"
         self.restarts = int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         self.world_size = int(env.get("WORLD_SIZE", "0") or 0)
@@ -380,20 +384,39 @@ def _on_nvrx_agent(module: ModuleType) -> None:
 
 
 def _on_torchft(module: ModuleType) -> None:
-    """torchft's Manager: the quorum each step joins, and each commit vote."""
+    """torchft's Manager: each new quorum it joins, each commit vote, and each error
+    reported to it (torchft's DDP and Manager catch a failed collective and report it
+    there instead of raising: that report is the survivor's detection; an error found
+    only when the step asks for its commit, is recorded as should_commit returns)."""
+    seen = {"quorum": None}
 
-    def voted(result: Any, _args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        if PROBE is not None:
-            PROBE.emit("commit", ok=bool(result))
-
-    watch_after(module.Manager, "should_commit", voted)
+    def voted(result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
+        if PROBE is None:
+            return
+        PROBE.emit("commit", ok=bool(result))
+        errored = getattr(args[0], "_errored", None) if args else None
+        original = getattr(errored, "original_exception", None)
+        if not result and isinstance(original, BaseException):
+            PROBE.raised(original, "torchft_should_commit")
 
     def quorum(_result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        if PROBE is not None and args:
-            manager = args[0]
-            PROBE.emit("quorum", quorum_id=getattr(manager, "_quorum_id", None), replicas=manager.num_participants())
+        # Read the Manager's own fields: its accessors wait on the quorum, which is the
+        # method watched here.
+        manager = args[0] if args else None
+        quorum_id = getattr(manager, "_quorum_id", None)
+        if PROBE is not None and quorum_id != seen["quorum"]:
+            seen["quorum"] = quorum_id
+            PROBE.emit(
+                "quorum", quorum_id=quorum_id, replicas=getattr(manager, "_participating_replica_world_size", None)
+            )
 
+    def reported(_result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
+        if PROBE is not None and len(args) > 1 and isinstance(args[1], BaseException):
+            PROBE.raised(args[1], "torchft_report_error")
+
+    watch_after(module.Manager, "should_commit", voted)
     watch_after(module.Manager, "wait_quorum", quorum)
+    watch_after(module.Manager, "report_error", reported)
 
 
 HOOKS: dict[str, Callable[[ModuleType], None]] = {

@@ -20,7 +20,6 @@ import os
 import re
 import select
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from bench.procs.store import free_port
 from bench.strategies.command.output import LINES_SUFFIX, OutputCapture, read_lines
 from bench.strategies.command.progress import parse
 from bench.strategies.command.translate import translate
-from bench.workloads.command import CommandParams, CommandSpec, program
+from bench.workloads.command import CommandParams, CommandSpec, fixed, program
 
 
 class CommandJob(Job):
@@ -47,6 +46,8 @@ class CommandJob(Job):
         self.output = OutputCapture(ctx.events_dir, int(self.params.output_limit_mb * 1e6))
         ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.services: list[tuple[str, subprocess.Popen[bytes]]] = []
+        """Commands the job needs but is not (``service``): not waited for."""
         self.exits: dict[str, int] = {}
         self._ranks_seen: dict[str, int] = {}
         """A probe's events file -> the rank process it announced."""
@@ -63,8 +64,10 @@ class CommandJob(Job):
                 address=ctx.store_host,
             )
             self.launcher.start_store()
+        names = [c.name or f"cmd{i}" for i, c in enumerate(self.params.commands)]
         for i, c in enumerate(self.params.commands):
-            name = c.name or f"cmd{i}"
+            # Each command's output and records under a name of its own.
+            name = names[i] if names.count(names[i]) == 1 else f"{names[i]}.{i}"
             if c.per_rank:
                 ranks = c.ranks or tuple(range(s.workload.world_size))
                 for local, rank in enumerate(ranks):
@@ -90,15 +93,14 @@ class CommandJob(Job):
 
     def _start(self, name: str, c: CommandSpec, extra: dict[str, str]) -> None:
         ctx = self.ctx
-        base = os.path.dirname(os.path.abspath(ctx.scenario.source)) if os.path.isfile(ctx.scenario.source) else ""
-        cwd = os.path.join(base or os.getcwd(), c.cwd)
+        cwd = os.path.join(self._base(), c.cwd)
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it for its workers
         if ctx.ifname:
             env["GLOO_SOCKET_IFNAME"] = ctx.ifname  # gloo listens where the job's hosts are, no wider
         env.update({k: self._fill(v) for k, v in c.env.items()})
         env.update(extra)
-        env = probe.environment(ctx.events_dir, env)
+        env = probe.environment(ctx.events_dir, env, rank_base=c.rank_base)
         argv = [self._fill(a) for a in c.argv]
         exe = program(argv[0], cwd, c.env) or argv[0]
         namespace = ctx.network.namespace_for(c.host) if ctx.network is not None else ""
@@ -132,7 +134,7 @@ class CommandJob(Job):
         os.close(err_w)
         self.output.add(f"{name}.out", out_r)
         self.output.add(f"{name}.err", err_r)
-        self.procs.append((name, proc))
+        (self.services if c.service else self.procs).append((name, proc))
         self.events.emit(
             "command_start", command=name, of_pid=proc.pid, host=c.host, argv=argv, cwd=cwd, **_rank_of(extra)
         )
@@ -140,7 +142,7 @@ class CommandJob(Job):
     def _fill(self, text: str) -> str:
         """The placeholders of an argument or environment value, for this trial."""
         ctx = self.ctx
-        text = text.replace("{checkpoint_dir}", str(ctx.checkpoint_dir)).replace("{seed}", str(ctx.seed))
+        text = fixed(text).replace("{checkpoint_dir}", str(ctx.checkpoint_dir)).replace("{seed}", str(ctx.seed))
         text = text.replace("{free_port}", str(self._port))
         hosts = getattr(ctx.network, "hosts", None)
         return re.sub(r"\{host(\d+)\}", lambda m: hosts[int(m.group(1))].address if hosts else "127.0.0.1", text)
@@ -194,6 +196,14 @@ class CommandJob(Job):
 
     def close(self) -> None:
         ctx = self.ctx
+        for name, p in getattr(self, "services", []):
+            p.terminate()  # the job is over: its servers go, and their ending is no fault
+            try:
+                code = p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                code = p.wait(timeout=10)
+            self.events.emit("service_stopped", command=name, of_pid=p.pid, exitcode=code)
         keep = ctx.host.infrastructure() | (
             {self.launcher.store_process.pid}
             if self.launcher is not None and self.launcher.store_process and self.launcher.store_process.pid
@@ -269,7 +279,12 @@ class CommandJob(Job):
 
     def versions(self) -> dict[str, Any]:
         """What the job's own interpreter has: torch, torchft, NVRx."""
-        return interpreter_versions(self.ctx.scenario.workload.params)
+        return interpreter_versions(self.ctx.scenario.workload.params, self._base())
+
+    def _base(self) -> str:
+        """The folder the commands' ``cwd`` is relative to: the scenario file's."""
+        source = self.ctx.scenario.source
+        return os.path.dirname(os.path.abspath(source)) if os.path.isfile(source) else os.getcwd()
 
 
 def _rank_of(extra: dict[str, str]) -> dict[str, int]:
@@ -319,12 +334,11 @@ _ASK = (
 )
 
 
-def interpreter_versions(params: CommandParams) -> dict[str, Any]:
-    """The versions the job's interpreter has (asked once per interpreter): the first
-    command's program if it is Python, else the Python its ``#!`` line names."""
+def interpreter_versions(params: CommandParams, base: str) -> dict[str, Any]:
+    """The versions the job's interpreter has (asked once per interpreter)."""
     import json
 
-    python = job_interpreter(params)
+    python = job_interpreter(params, base)
     if python is None:
         return {}
     if python not in _VERSIONS:
@@ -337,12 +351,19 @@ def interpreter_versions(params: CommandParams) -> dict[str, Any]:
     return dict(_VERSIONS[python])
 
 
-def job_interpreter(params: CommandParams) -> str | None:
-    """The Python a command job runs in, as its first command names it."""
-    c = params.commands[0]
-    exe = program(c.argv[0], os.getcwd(), c.env)
-    if exe is None:
-        return None
+def job_interpreter(params: CommandParams, base: str) -> str | None:
+    """The Python a command job runs in: that of its first command whose program is a
+    Python, or a script whose ``#!`` line names one (``base``: the folder commands'
+    ``cwd`` is relative to)."""
+    for c in params.commands:
+        exe = program(fixed(c.argv[0]), os.path.join(base, c.cwd), c.env)
+        python = _python_of(exe, c.env) if exe else None
+        if python is not None:
+            return python
+    return None
+
+
+def _python_of(exe: str, env: dict[str, str]) -> str | None:
     if Path(exe).name.startswith("python"):
         return exe
     try:
@@ -350,10 +371,11 @@ def job_interpreter(params: CommandParams) -> str | None:
             head = fh.readline(512)
     except OSError:
         return None
-    if head.startswith(b"#!"):
-        first = head[2:].decode(errors="replace").split()
-        if first and Path(first[0]).name.startswith("python"):
-            return first[0]
-        if len(first) > 1 and Path(first[0]).name == "env" and first[1].startswith("python"):
-            return program(first[1], os.getcwd(), c.env)
-    return sys.executable if exe == sys.executable else None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].decode(errors="replace").split()
+    if words and Path(words[0]).name.startswith("python"):
+        return words[0]
+    if len(words) > 1 and Path(words[0]).name == "env" and words[1].startswith("python"):
+        return program(words[1], os.getcwd(), env)
+    return None

@@ -3,9 +3,14 @@
 Each known format is a regular expression with a ``step`` group and, where the format
 has one, a ``loss`` group; ``auto`` tries them in turn on each line. Colours are taken
 out first. Progress bars (Hugging Face's and Lightning's tqdm) count what they count:
-Lightning's counts batches within an epoch, so its step is ``epoch x batches + batch``;
-Hugging Face's Trainer prints its loss in a log line of its own, which goes with the
-step its bar showed last.
+Lightning's counts batches within an epoch, so its step is ``epoch x batches + batch``,
+which is the global step only while every epoch has ``batches`` steps (not in a last
+epoch cut short by ``max_steps``, nor in the epoch a job resumed in the middle of, whose
+bar shows no epoch): the optimizer's own count then places the steps, where it keeps
+one (Adam). Lightning draws no line per step with ``rich`` installed (its RichProgressBar
+is then the default, and into a pipe it draws only the last frame): give the Trainer
+``TQDMProgressBar``. Hugging Face's Trainer prints its loss in a log line of its own,
+which goes with the step its bar showed last.
 """
 
 from __future__ import annotations
@@ -20,13 +25,22 @@ RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:")
 ``[default0]:`` from torchrun's ``--tee``)."""
 NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
 
+PREFIX = r"^(?:\[\w+\]:)?\s*"
+"""A line's start, past a rank prefix."""
 FORMATS: dict[str, re.Pattern[str]] = {
-    "plain": re.compile(rf"\bstep[\s:=#]*(?P<step>\d+)\b(?:.*?\bloss[\s:=]*(?P<loss>{NUMBER}))?", re.I),
+    # ``step N`` and maybe ``loss X`` on a line of its own kind: not inside a data
+    # structure a log dumps (torchft's ``QuorumMember { ... step: 0 ... }``).
+    "plain": re.compile(rf"^(?!.*[{{}}]).*?\bstep[\s:=#]*(?P<step>\d+)\b(?:.*?\bloss[\s:=]*(?P<loss>{NUMBER}))?", re.I),
     "torchtitan": re.compile(rf"\bstep:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{NUMBER})"),
     "megatron": re.compile(rf"\biteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|(?:.*?\blm loss:\s*(?P<loss>{NUMBER}))?"),
-    "huggingface": re.compile(rf"(?:\|\s*(?P<step>\d+)/\d+\s*\[)|(?:'loss':\s*(?P<loss>{NUMBER}))"),
+    # The Trainer's own bar has no description (another tqdm bar, "Writing model shards:
+    # 100%|...| 1/1 [", is not a step); transformers 5 quotes its logged values.
+    "huggingface": re.compile(
+        rf"(?:{PREFIX}\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/\d+\s*\[)|(?:'loss':\s*'?(?P<loss>{NUMBER})'?)"
+    ),
     "lightning": re.compile(
-        rf"\bEpoch\s+(?P<epoch>\d+):.*?\|\s*(?P<batch>\d+)/(?P<batches>\d+)\s*\[(?:.*?\bloss=(?P<loss>{NUMBER}))?"
+        rf"\bEpoch\s+(?P<epoch>\d+):.*?\|\s*(?P<batch>\d+)/(?P<batches>\d+)\s*\["
+        rf"(?:.*?(?:^|[\s,])\w*loss=(?P<loss>{NUMBER}))?"
     ),
 }
 

@@ -131,7 +131,19 @@ class _Timeline:
 
 
 def _detections(events: Sequence[Event]) -> list[Event]:
+    """``raised`` records as detections or crashes, and each quorum a torchft rank joins
+    with fewer replica groups than the one before: torchft's survivors may never see an
+    error (the quorum simply waits for the lighthouse to drop the lost group), and the
+    smaller quorum is when they learn of the loss, as ftbench's torchft strategy counts it."""
     out: list[Event] = []
+    last: dict[int, int] = {}
+    for e in events:
+        if e["event"] == "quorum" and e.get("src") == "rank" and isinstance(e.get("replicas"), int):
+            rank, replicas = int(e["rank"]), int(e["replicas"])
+            if rank in last and replicas < last[rank]:
+                base = {k: v for k, v in e.items() if k not in ("event", "replicas", "quorum_id")}
+                out.append({**base, "event": "detect", "how": "quorum_drop", "site": "torchft_quorum"})
+            last[rank] = replicas
     for e in events:
         if e["event"] != "raised":
             continue

@@ -25,13 +25,21 @@ if TYPE_CHECKING:
 PROGRESS_FORMATS = ("auto", "plain", "torchtitan", "megatron", "huggingface", "lightning", "none")
 """What ``progress`` may name besides a regular expression (see
 :mod:`bench.strategies.command.progress`)."""
-PLACEHOLDERS = ("{checkpoint_dir}", "{seed}", "{host0}", "{free_port}")
+PLACEHOLDERS = ("{checkpoint_dir}", "{seed}", "{host0}", "{free_port}", "{python}", "{bin}")
 """What an argument or an environment value may contain, replaced per trial: the trial's
 own checkpoint folder (empty at the start of each trial; a ``storage`` fault fills its
 file system), ``measure.seed``, ``{hostK}``, the address host K is reached at (its
-network namespace's, where hosts have their own; else the loopback), and a port that
-was free when the trial started (the same everywhere in the trial), for a launcher's
-rendezvous endpoint."""
+network namespace's, where hosts have their own; else the loopback), a port that was
+free when the trial started (the same everywhere in the trial), for a launcher's
+rendezvous endpoint; and the harness's own interpreter and its folder (``{python}``,
+``{bin}/torchrun``), for a job that runs in ftbench's environment."""
+
+
+def fixed(text: str) -> str:
+    """``text`` with the placeholders that do not change from trial to trial filled."""
+    import sys
+
+    return text.replace("{python}", sys.executable).replace("{bin}", os.path.dirname(sys.executable))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,6 +65,14 @@ class CommandSpec:
     ranks: tuple[int, ...] = bounded((), max_items=256)
     """With ``per_rank``: the ranks it starts (``LOCAL_RANK`` counts them in this order);
     empty: every rank of the job."""
+    service: bool = False
+    """A server the job needs (torchft's lighthouse), not part of its training: the job
+    is over without it, and once it is, the service is stopped (SIGTERM) and its exit
+    status does not count."""
+    rank_base: int = bounded(0, ge=0, le=1_000_000)
+    """Added to the ``RANK`` its processes carry, to give the job's rank: where several
+    launchers each count their ranks from 0 (torchft: one torchrun per replica group,
+    each of whose workers says ``RANK=0``), each command's ranks stay apart."""
     host: int = bounded(0, ge=0)
     """The host it runs on: with several hosts (``launch.ranks_per_host``), each is a
     network namespace of its own, as a multi-host run's are."""
@@ -84,8 +100,8 @@ class CommandParams:
 def check(scenario: Scenario, file: str) -> None:
     """Commands that can start here; a progress format that exists; hosts in range."""
     p: CommandParams = scenario.workload.params
-    if not p.commands:
-        raise ConfigError(file, "workload.commands", "at least one [[workload.commands]] with an argv")
+    if not any(not c.service for c in p.commands):
+        raise ConfigError(file, "workload.commands", "at least one [[workload.commands]] that is not a service")
     hosts = scenario.workload.world_size // scenario.launch.ranks_per_host
     base = os.path.dirname(os.path.abspath(file)) if os.path.isfile(file) else os.getcwd()
     for i, c in enumerate(p.commands):
@@ -99,6 +115,15 @@ def check(scenario: Scenario, file: str) -> None:
             raise ConfigError(file, f"{key}.ranks", f"distinct ranks of the job (0 to {world - 1})", list(c.ranks))
         if c.ranks and not c.per_rank:
             raise ConfigError(file, f"{key}.ranks", "no ranks without per_rank = true", list(c.ranks))
+        if c.rank_base and c.per_rank:
+            raise ConfigError(
+                file,
+                f"{key}.rank_base",
+                "0 with per_rank = true (its processes are given the job's ranks)",
+                c.rank_base,
+            )
+        if c.service and c.per_rank:
+            raise ConfigError(file, f"{key}.service", "false with per_rank = true (a service has no ranks)", True)
         per_host = scenario.launch.ranks_per_host
         spread = uses_namespaces(scenario)  # hosts of their own: a rank's host is rank // ranks_per_host
         if spread and c.per_rank and any(r // per_host != c.host for r in c.ranks or range(world)):
@@ -111,7 +136,7 @@ def check(scenario: Scenario, file: str) -> None:
         cwd = os.path.join(base, c.cwd)
         if not os.path.isdir(cwd):
             raise ConfigError(file, f"{key}.cwd", "an existing folder", c.cwd or cwd)
-        if program(c.argv[0], cwd, c.env) is None:
+        if program(fixed(c.argv[0]), cwd, c.env) is None:
             raise ConfigError(file, f"{key}.argv.0", "a program on PATH or a path to one", c.argv[0])
     if p.progress not in PROGRESS_FORMATS:
         try:
