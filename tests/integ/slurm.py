@@ -4,7 +4,8 @@ One implementation serves the tests and the command-line tool (``localslurm.py u
 ``down``, ``lose-node``): a controller and N nodes, each host in network, UTS and mount
 namespaces of its own, every file under a work directory, nothing in /etc. Why each part
 of it is built the way it is: that module's docstring. tools/ is no package (its scripts
-run with Debian's ``python3`` as well as the venv's), so the module is loaded from its file.
+run with Debian's ``python3`` as well as the venv's), so its modules are loaded from their
+files, under the names the scripts import each other by.
 """
 
 from __future__ import annotations
@@ -12,17 +13,23 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
-_PATH = Path(__file__).resolve().parents[2] / "tools" / "slurm" / "localslurm.py"
-_NAME = "ftbench_tools_localslurm"
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_NAME, _PATH)
-    assert _spec is not None and _spec.loader is not None
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules[_NAME] = _module  # before exec: a dataclass or pickle looks its module up there
-    _spec.loader.exec_module(_module)
-localslurm = sys.modules[_NAME]
+TOOLS = Path(__file__).resolve().parents[2] / "tools" / "slurm"
 
+
+def load_tool(name: str) -> ModuleType:
+    """``tools/slurm/NAME.py`` as module ``NAME`` (once; node_loss imports localslurm so)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec: a dataclass or pickle looks its module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+localslurm = load_tool("localslurm")
 LocalSlurm = localslurm.LocalSlurm
 SlurmUnavailable = localslurm.SlurmUnavailable
 FINAL_STATES = localslurm.FINAL_STATES
@@ -37,5 +44,6 @@ __all__ = [
     "LocalSlurm",
     "SlurmUnavailable",
     "leftover_namespaces",
+    "load_tool",
     "localslurm",
 ]
