@@ -304,7 +304,17 @@ class LocalSlurm:
         slurm.lost = {str(k): float(v) for k, v in state.get("lost", {}).items()}
         slurm._ns_idents = {str(k): (int(v[0]), int(v[1])) for k, v in state["netns"].items()}
         slurm._find_binaries()
+        slurm._identify_namespaces()  # an `up` killed before it saved them
         return slurm
+
+    def _identify_namespaces(self) -> None:
+        """Learn the identity of each of the cluster's namespaces that exists by name."""
+        for ns in self.namespaces:
+            role = ns.rpartition("-")[2]
+            if role not in self._ns_idents:
+                with contextlib.suppress(OSError):
+                    st = os.stat(NETNS_DIR / ns)
+                    self._ns_idents[role] = (st.st_dev, st.st_ino)
 
     def _save(self) -> None:
         """Write cluster.json: what ``down`` (another process) needs to find everything."""
@@ -377,13 +387,15 @@ class LocalSlurm:
 
     # -- clients -----------------------------------------------------------------------
 
-    def in_namespace(self, *argv: str, host: str = CONTROLLER) -> list[str]:
+    def in_namespace(self, *argv: str, host: str = CONTROLLER, cwd: Path | None = None) -> list[str]:
         """``argv`` prefixed so that it runs on ``host`` (by default the controller's, the
-        only place from which the controller is reachable)."""
+        only place from which the controller is reachable), in ``cwd`` (default: the
+        current directory; entering a mount namespace would otherwise move it to /)."""
         holder = self.holders.get(host)
         if holder is None:
             raise SlurmUnavailable(f"host {host} of the cluster does not exist (yet)")
-        nsenter = [self._exe("nsenter"), "-t", str(holder), "--net", "--uts", "--mount", "--"]
+        wd = Path(cwd) if cwd is not None else Path.cwd()
+        nsenter = [self._exe("nsenter"), "-t", str(holder), "--net", "--uts", "--mount", f"--wd={wd}", "--"]
         return [*nsenter, self._exe(argv[0]), *argv[1:]]
 
     def _exe(self, name: str) -> str:
@@ -417,9 +429,8 @@ class LocalSlurm:
         ``check`` and the command fails, :class:`subprocess.TimeoutExpired` after ``timeout_s``.
         """
         proc = subprocess.run(
-            self.in_namespace(*argv, host=host),
+            self.in_namespace(*argv, host=host, cwd=cwd),
             env=self.client_env(env),
-            cwd=cwd,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -688,13 +699,12 @@ class LocalSlurm:
         """
         with (self.log_dir / f"{name}.out").open("wb") as out:
             proc = subprocess.Popen(
-                self.in_namespace(*argv, host=host),
+                self.in_namespace(*argv, host=host, cwd=self.workdir),
                 env=self.client_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=self.workdir,
             )
         self._procs[name] = proc
         self.daemons[name] = proc.pid
@@ -780,7 +790,12 @@ class LocalSlurm:
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
         ]
-        lines += [f"{k}={v}" for k, v in self.settings.items()]
+        for key, value in self.settings.items():  # a setting replaces a line of the same key
+            same = [i for i, line in enumerate(lines) if line.split("=", 1)[0].lower() == key.lower()]
+            if same:
+                lines[same[0]] = f"{key}={value}"
+            else:
+                lines.append(f"{key}={value}")
         lines += [f"NodeName={n} NodeAddr={self.address(n)} CPUs={self.cpus} State=UNKNOWN" for n in self.nodes]
         nodes = ",".join(self.nodes)
         lines.append(f"PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES")
@@ -897,11 +912,8 @@ def down_all() -> list[str]:
         slurm.tag = tag
         slurm._find_binaries()
         roles = [ns.rpartition("-")[2] for ns in leftover_namespaces() if ns.startswith(f"{NETNS_PREFIX}{tag}-")]
-        slurm.nodes = tuple(r for r in roles if r.startswith("n"))
-        for ns in slurm.namespaces:
-            with contextlib.suppress(OSError):
-                st = os.stat(NETNS_DIR / ns)
-                slurm._ns_idents[ns.rpartition("-")[2]] = (st.st_dev, st.st_ino)
+        slurm.nodes = tuple(sorted((r for r in roles if r.startswith("n")), key=lambda r: int(r[1:])))
+        slurm._identify_namespaces()
         problems += slurm.close()
     return problems
 
