@@ -4,6 +4,7 @@ a host namespace of its own, for ftbench's multi-node runs and tests.
 
     python3 tools/slurm/localslurm.py up WORKDIR --nodes 2 [--set SlurmdTimeout=300 ...]
     python3 tools/slurm/localslurm.py run WORKDIR -- sbatch --nodes=2 ... tools/slurm/ftbench.sbatch ...
+    python3 tools/slurm/localslurm.py run --host n1 WORKDIR -- hostname   # options before WORKDIR
     python3 tools/slurm/localslurm.py lose-node WORKDIR n1 [--how kill|cut]
     python3 tools/slurm/localslurm.py down WORKDIR          # or: down --all (every ftslurm-* namespace)
 
