@@ -213,7 +213,10 @@ class BitFlip(RankHook):
 
 
 def install(hooks: Sequence[tuple[int, RankHook]]) -> None:
-    """Arm hook i on ``SIGRTMIN + i``. Must run in the main thread."""
+    """Arm hook i on ``SIGRTMIN + i``. Must run in the main thread (with hooks to arm:
+    a training function that a stack runs in a thread of its own has none)."""
+    if not hooks:
+        return
     assert threading.current_thread() is threading.main_thread()
     for index, hook in hooks:
         signal.signal(arm_signal(index), _arming(hook))

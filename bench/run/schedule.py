@@ -228,7 +228,7 @@ class ScheduledFault:
             return
         injector = self.kind.injector(self.spec, self.index)
         target = Target(
-            ranks=ranks, pids=pids, namespaces=sorted({self.namespaces[r] for r in ranks if r in self.namespaces})
+            ranks=ranks, pids=pids, namespaces=sorted({ns for r in ranks if (ns := self._namespace(state, r))})
         )
         t = time.monotonic_ns()
         detail = injector.inject(target)
@@ -239,6 +239,14 @@ class ScheduledFault:
         )
         detail = {k: v for k, v in detail.items() if k not in common and k not in ("t", "event")}
         harness.emit("arm" if self.kind.rank_side else "inject", t=t, t_sent=t_sent, **common, **detail)
+
+    def _namespace(self, state: TrialState, rank: int) -> str:
+        """The network namespace of ``rank``'s host: the host it was seen on where its
+        stack placed it (torchrun's rendezvous, Ray's scheduler), else by launch order."""
+        host = state.hosts.get(rank, "")
+        if host[1:].isdigit():
+            return self.namespaces.get(int(host[1:]) * self.ranks_per_host, "")
+        return self.namespaces.get(rank, "")
 
     def _deliver(self, state: TrialState, harness: EventWriter, common: dict[str, Any]) -> None:
         """Hand the firing to the agents of the targets' hosts: each carries it out on its

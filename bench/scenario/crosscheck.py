@@ -124,6 +124,8 @@ def check_strategy(s: Scenario, file: str) -> None:
 def uses_namespaces(scenario: Scenario) -> bool:
     """Whether the trials of ``scenario`` run each host in a network namespace."""
     network = scenario.launch.network
-    return network == "namespaces" or (
-        network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults)
+    return (
+        network == "namespaces"
+        or STRATEGIES[scenario.recovery.strategy].namespaced_hosts
+        or (network == "auto" and any(FAULTS[f.kind].family == "link" for f in scenario.faults))
     )

@@ -100,6 +100,9 @@ class Strategy(Plugin):
     host_commands: bool = False
     """Its hosts are the commands it started there (a command job): a whole-host fault
     takes every process of those commands, whatever they started, without host agents."""
+    namespaced_hosts: bool = False
+    """Its trials always run each host in a network namespace of its own, whatever
+    ``launch.network`` says: its node daemons stand for machines (a Ray node per host)."""
     workloads: tuple[str, ...] = ()
     """Workload kinds it can train (empty: every one)."""
     unbound_servers: tuple[str, ...] = ()

@@ -1,0 +1,140 @@
+"""A Ray cluster of one node per host namespace, and what makes each node a machine.
+
+Each node is ``ray start --block`` (so that one process stands for the node: its GCS,
+raylet, agents and the workers below them are its descendants, and a host-down fault
+takes them all), started by ``python -m bench.strategies.ray_train.cluster NETNS --
+ray start ...``, which, before it executes ``ray start``:
+
+- enters a mount namespace of its own with a fresh tmpfs on ``/tmp``: Ray keeps its
+  session (sockets, logs, the ``session_latest`` link) under ``/tmp/ray``, and a node's
+  ``/tmp`` is its own, as on a real machine; the tmpfs goes away with the node's last
+  process, so a SIGKILLed harness leaves no Ray session behind, with nothing to clean;
+- enters the host's network namespace: every server Ray starts (GCS, raylet, object
+  manager, agents, workers) is reachable at the host's address only, never on the
+  machine's own interfaces.
+
+Every port is explicit (the same on every host: each host has its own network stack),
+and so is the node's address (``--node-ip-address``) and its logical CPUs (one per
+rank it is to hold). The trial's driver enters h0's two namespaces the same way
+(:func:`enter_node`), as a driver runs on the head machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from injectors.link.netns import enter
+
+GCS_PORT = 6379
+"""``ray start --port``: the head's GCS, where the other nodes and the driver connect."""
+PORTS: dict[str, int] = {
+    "node-manager-port": 6380,
+    "object-manager-port": 6381,
+    "dashboard-agent-listen-port": 6382,
+    "dashboard-agent-grpc-port": 6383,
+    "metrics-export-port": 6384,
+    "runtime-env-agent-port": 6385,
+    "min-worker-port": 10002,
+    "max-worker-port": 10999,
+}
+"""Every other port a node listens on, explicit (``ray start --<name>=<port>``)."""
+HEAD_PORTS: dict[str, int] = {"port": GCS_PORT, "dashboard-port": 6386}
+TMPFS_SIZE = "512m"
+"""A node's ``/tmp`` (Ray's session: logs and sockets; tmpfs uses only what it holds)."""
+
+_CLONE_NEWNS = 0x00020000
+_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One Ray node: a host of the trial's topology."""
+
+    index: int
+    namespace: str
+    address: str
+    cpus: int
+    """Logical CPUs it declares: how many workers Ray may place on it."""
+
+    @property
+    def head(self) -> bool:
+        return self.index == 0
+
+    def ray_start(self, head_address: str) -> list[str]:
+        """``ray start`` for this node, every address and port explicit."""
+        ports = {**PORTS, **HEAD_PORTS} if self.head else PORTS
+        args = [
+            ray_executable(),
+            "start",
+            "--block",
+            f"--node-ip-address={self.address}",
+            f"--num-cpus={self.cpus}",
+            "--num-gpus=0",
+            "--disable-usage-stats",
+            "--include-log-monitor=false",
+            *(f"--{name}={port}" for name, port in ports.items()),
+        ]
+        if self.head:
+            return [*args, "--head", "--include-dashboard=false"]
+        return [*args, f"--address={head_address}:{GCS_PORT}"]
+
+    def command(self, head_address: str) -> list[str]:
+        """The node's process: this module's entry, then ``ray start`` in its place."""
+        return [sys.executable, "-m", __name__, self.namespace, "--", *self.ray_start(head_address)]
+
+
+def ray_executable() -> str:
+    """The ``ray`` command of this interpreter's environment."""
+    beside = Path(sys.executable).with_name("ray")
+    return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def private_tmp() -> None:
+    """A mount namespace of the calling (single-threaded) process's own, with a fresh
+    tmpfs on /tmp; nothing it mounts propagates back."""
+    libc = _libc()
+    _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    options = f"size={TMPFS_SIZE},mode=1777".encode()
+    _check(libc.mount(b"ftbench-ray", b"/tmp", b"tmpfs", 0, options), "mount tmpfs /tmp")
+
+
+def enter_node(pid: int, namespace: str) -> None:
+    """Enter the mount namespace of node process ``pid`` (its /tmp, where Ray's sockets
+    are) and the host's network namespace: a freshly forked child, before exec."""
+    libc = _libc()
+    fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(libc.setns(fd, _CLONE_NEWNS), f"setns(/proc/{pid}/ns/mnt)")
+    finally:
+        os.close(fd)
+    enter(namespace)
+
+
+def main(argv: list[str]) -> None:
+    """``NETNS -- COMMAND...``: a private /tmp, the host's network, then COMMAND."""
+    namespace, sep, *command = argv
+    if sep != "--" or not command:
+        raise SystemExit("usage: python -m bench.strategies.ray_train.cluster NETNS -- COMMAND...")
+    private_tmp()
+    enter(namespace)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
