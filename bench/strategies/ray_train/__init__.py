@@ -136,6 +136,9 @@ STRATEGIES.register(
             ("controller", "detect@controller"),  # Ray's controller poll sees the failed workers
             ("decision", "restart_decision@controller"),  # its failure policy decides to restart
             ("teardown", "worker_group_down@controller"),  # the old worker group is shut down
+            # A new group that did not start within the start timeout (its placement group
+            # waits for a lost node's resources until the GCS declares it dead) is retried:
+            ("placement", "start_retry_decision@controller"),
             ("schedule", "worker_group_start@controller"),  # the last start of a new group begins
             ("start", "worker_group_up@controller"),  # its actors exist and TorchConfig's group is formed
             ("launch", "training_start@controller"),  # the training function is launched on them

@@ -24,7 +24,11 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +90,21 @@ class Node:
     def command(self, head_address: str) -> list[str]:
         """The node's process: this module's entry, then ``ray start`` in its place."""
         return [sys.executable, "-m", __name__, self.namespace, "--", *self.ray_start(head_address)]
+
+
+def await_port(address: str, port: int, what: str, procs: Iterable[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Wait until ``address:port`` accepts a connection (from the root namespace, over the
+    topology's bridge); refuse at once if a node process exited meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"a Ray node exited while {what} was awaited")
+        try:
+            socket.create_connection((address, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not answer at {address}:{port} within {timeout_s:.0f} s")
 
 
 def ray_executable() -> str:

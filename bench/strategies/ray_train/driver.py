@@ -38,18 +38,21 @@ def fit(config: dict[str, Any], events: EventWriter) -> int:
     world = spec.workload.world_size
     ray.init(address=config["address"], log_to_driver=True)
     events.emit("ray_connected", address=config["address"], ray=ray.__version__)
-    workers: int | tuple[int, int] = (params.min_workers, world) if params.min_workers else world
+    # Ray's elastic form is a (min, max) pair; its stubs still say int.
+    workers: Any = (params.min_workers, world) if params.min_workers else world
+    observer: Any = RayObserver(spec.events_dir)
+    timeout_s: Any = spec.workload.pg_timeout_s  # a float is a timedelta's seconds too
     trainer = TorchTrainer(
         train_fn,
         train_loop_config={"spec": config["spec"], "hosts": config["hosts"]},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
-        torch_config=TorchConfig(backend=spec.backend, timeout_s=spec.workload.pg_timeout_s),
+        torch_config=TorchConfig(backend=spec.backend, timeout_s=timeout_s),
         run_config=RunConfig(
             name=config["name"],
             storage_path=config["storage"],
             failure_config=FailureConfig(max_failures=params.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
-            callbacks=[RayObserver(spec.events_dir)],
+            callbacks=[observer],
         ),
     )
     events.emit("fit_start", num_workers=list(workers) if isinstance(workers, tuple) else workers)

@@ -17,7 +17,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from bench.procs.hygiene import set_pdeathsig
 from bench.rank.entry import spec_to_json
 from bench.scenario.model import Scenario
 from bench.strategies.ray_train import RayTrainParams
-from bench.strategies.ray_train.cluster import GCS_PORT, PORTS, Node, enter_node
+from bench.strategies.ray_train.cluster import GCS_PORT, PORTS, Node, await_port, enter_node
 from bench.strategies.ray_train.memory import NodeMemory
 from injectors.link.netns import Topology
 
@@ -86,16 +85,10 @@ class RayTrainJob(Job):
         )
 
     def _await_port(self, address: str, port: int, what: str) -> None:
-        deadline = time.monotonic() + UP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.procs.values()):
-                raise RuntimeError(f"a Ray node exited while {what} was awaited (events: ray-h*.log)")
-            try:
-                socket.create_connection((address, port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"{what} did not answer at {address}:{port} within {UP_TIMEOUT_S:.0f} s")
+        try:
+            await_port(address, port, what, self.procs.values(), UP_TIMEOUT_S)
+        except RuntimeError as err:
+            raise RuntimeError(f"{err} (their output: ray-h*.log in the trial's events)") from None
 
     def _start_driver(self, env: dict[str, str]) -> None:
         ctx = self.ctx

@@ -10,7 +10,9 @@ event (``src = controller``) and returns, and nothing Ray decides passes through
   worker group that reports failed workers, with Ray's own verdict: ``ranks`` (every
   failed worker) and ``dead`` (the workers whose actor or node was lost, or whose poll
   hung past the health-check timeout: the culprits Ray names);
-- ``restart_decision``: the failure policy's decision (``RETRY``, ``RAISE``);
+- ``restart_decision``: the failure policy's decision (``RETRY``, ``RAISE``) on failed
+  workers; ``start_retry_decision``: its decision on a new group that did not start (its
+  placement group was not ready within the start timeout);
 - ``worker_group_stop`` / ``worker_group_down``: the old group's shutdown;
 - ``worker_group_start`` / ``worker_group_up``: a new group's start (its placement group,
   its actors and ``TorchConfig``'s process group) and its end;
@@ -90,9 +92,11 @@ class RayObserver(ControllerCallback, WorkerGroupCallback, WorkerCallback):
 
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
         with self._hook():
-            self._emit(
-                "restart_decision", decision=getattr(failure_decision, "name", str(failure_decision)), gen=self.gen
-            )
+            # A failure of running workers, or of a group's start (its placement group not
+            # ready within the start timeout: resources of a lost node): two boundaries.
+            event = "start_retry_decision" if self._state == "SchedulingState" else "restart_decision"
+            decision = getattr(failure_decision, "name", str(failure_decision))
+            self._emit(event, decision=decision, gen=self.gen, state=self._state)
 
     def after_controller_finish(self, result: Any) -> None:
         with self._hook():

@@ -39,7 +39,7 @@ def train_fn(config: dict[str, Any]) -> None:
     context = ray.train.get_context()
     rank = context.get_world_rank()
     hosts: dict[str, str] = config["hosts"]
-    host = hosts.get(ray.util.get_node_ip_address(), "")
+    host = hosts.get(ray.util.get_node_ip_address(), "")  # type: ignore[no-untyped-call]
     spec = replace(spec_from_json(config["spec"], file="ray-train spec"), rank=rank)
     pid = os.getpid()
     events = EventWriter(
