@@ -113,7 +113,7 @@ ranks_per_host = 2
 [[faults]]
 kind = "kill"
 target = { ranks = [2] }
-trigger = { at_step = 150 }
+trigger = { at_step = 170 }
 [recovery]
 strategy = "ray-train"
 [recovery.ray-train]
@@ -131,8 +131,8 @@ deadline_s = 280
 reference = true
 [sweep]
 "faults.0" = [
-    { kind = "kill", target = { ranks = [2] }, trigger = { at_step = 150 } },
-    { kind = "host-down", target = { host = 1 }, trigger = { at_step = 150 } },
+    { kind = "kill", target = { ranks = [2] }, trigger = { at_step = 170 } },
+    { kind = "host-down", target = { host = 1 }, trigger = { at_step = 170 } },
 ]
 """
 

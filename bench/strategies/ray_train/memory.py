@@ -78,3 +78,39 @@ class NodeMemory:
             "nodes": {f"h{n}": vars(p) for n, p in sorted(self.nodes.items())},
             "how": "VmRSS of each node's process tree, sampled once a second; peaks per part",
         }
+
+
+def table(run_dir: Path) -> list[str]:
+    """Markdown rows: per point and node, the median over trials of each part's peak (MB)."""
+    import json
+    import statistics
+
+    rows: dict[tuple[str, str], list[dict[str, int]]] = {}
+    for path in sorted(run_dir.glob("events/*/*/job.jsonl")):
+        for line in path.read_text().splitlines():
+            e = json.loads(line)
+            if e.get("event") == "ray_memory":
+                for node, peaks in e["nodes"].items():
+                    rows.setdefault((path.parent.parent.name, node), []).append(peaks)
+    out = [
+        "| point | node | Ray's own processes (MB) | Ray's processes | training workers (MB) | driver (MB) "
+        "| node total (MB) | trials |"
+    ]
+    out.append("|---|---|---|---|---|---|---|---|")
+    for (point, node), peaks in sorted(rows.items()):
+
+        def med(key: str, peaks: list[dict[str, int]] = peaks) -> float:
+            return statistics.median(p[key] for p in peaks)
+
+        mb = {k: f"{med(k) / 1e6:.0f}" for k in ("ray", "workers", "driver", "total")}
+        out.append(
+            f"| {point[:12]} | {node} | {mb['ray']} | {med('ray_processes'):.0f} | {mb['workers']} | "
+            f"{mb['driver']} | {mb['total']} | {len(peaks)} |"
+        )
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write("\n".join(table(Path(sys.argv[1]))) + "\n")
