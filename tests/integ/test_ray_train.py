@@ -186,7 +186,7 @@ def test_a_sigkilled_harness_leaves_no_ray_process_namespace_or_session(tmp_path
         harness.wait(timeout=30)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (
-            [p for p in pids if alive(p)] or [n for n in system.namespaces() if tag in n]
+            any(alive(p) for p in pids) or any(tag in n for n in system.namespaces())
         ):
             time.sleep(0.5)
         assert not [p for p in pids if alive(p)], "Ray processes outlived the harness"

@@ -119,3 +119,25 @@ def test_no_hooks_to_arm_is_fine_outside_the_main_thread() -> None:
     t.start()
     t.join()
     assert not errors
+
+
+def test_without_ray_its_points_are_skipped_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from bench.strategies.ray_train.job import RayTrainJob
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("ray") else real(name, *a)
+    )
+    why = RayTrainJob.unavailable(_load(tmp_path))
+    assert why is not None and "ftbench[ray]" in why
+
+
+def test_a_node_keeps_the_entries_of_the_machine_s_tmp_that_the_trial_lives_in() -> None:
+    from bench.strategies.ray_train.cluster import kept
+
+    paths = ["/tmp/pytest-of-root/p1/results/x", "/tmp/venv/bin/python", "/work/results/y", "/tmp", "relative"]
+    assert kept(paths) == ["pytest-of-root", "venv"]
+    head = Node(0, "ftb-x-h0", "198.18.0.1", 2)
+    assert head.command(head.address, ["pytest-of-root"])[3:6] == ["ftb-x-h0", "--keep=pytest-of-root", "--"]

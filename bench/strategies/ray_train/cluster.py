@@ -51,8 +51,13 @@ HEAD_PORTS: dict[str, int] = {"port": GCS_PORT, "dashboard-port": 6386}
 TMPFS_SIZE = "512m"
 """A node's ``/tmp`` (Ray's session: logs and sockets; tmpfs uses only what it holds)."""
 
+STAGING = ("/mnt", "/media", "/srv", "/opt")
+"""Existing directories, one of which briefly holds the machine's /tmp inside a node's
+mount namespace while its private /tmp is assembled."""
+
 _CLONE_NEWNS = 0x00020000
-_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
+_MNT_DETACH = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +92,11 @@ class Node:
             return [*args, "--head", "--include-dashboard=false"]
         return [*args, f"--address={head_address}:{GCS_PORT}"]
 
-    def command(self, head_address: str) -> list[str]:
-        """The node's process: this module's entry, then ``ray start`` in its place."""
-        return [sys.executable, "-m", __name__, self.namespace, "--", *self.ray_start(head_address)]
+    def command(self, head_address: str, keep: Iterable[str] = ()) -> list[str]:
+        """The node's process: this module's entry, then ``ray start`` in its place;
+        ``keep``: entries of the machine's /tmp its processes must see (:func:`kept`)."""
+        keeps = [f"--keep={name}" for name in keep]
+        return [sys.executable, "-m", __name__, self.namespace, *keeps, "--", *self.ray_start(head_address)]
 
 
 def await_port(address: str, port: int, what: str, procs: Iterable[subprocess.Popen[bytes]], timeout_s: float) -> None:
@@ -123,14 +130,43 @@ def _check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def private_tmp() -> None:
+def kept(paths: Iterable[str]) -> list[str]:
+    """The entries of the machine's /tmp that these paths lie in (a results directory,
+    a checkpoint directory, an interpreter under /tmp): they stay visible in a node's
+    private /tmp."""
+    names = set()
+    for path in paths:
+        parts = Path(os.path.abspath(path)).parts
+        if len(parts) > 2 and parts[:2] == ("/", "tmp"):
+            names.add(parts[2])
+    return sorted(names)
+
+
+def private_tmp(keep: Iterable[str] = ()) -> None:
     """A mount namespace of the calling (single-threaded) process's own, with a fresh
-    tmpfs on /tmp; nothing it mounts propagates back."""
+    tmpfs on /tmp; nothing it mounts propagates back. The entries ``keep`` of the
+    machine's /tmp are bound into it (through a staging mount of the old /tmp on an
+    existing directory, unmounted again: gVisor refuses a bind from /proc/self/fd)."""
     libc = _libc()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    keep = list(keep)
+    stage = next((d for d in STAGING if os.path.isdir(d)), "") if keep else ""
+    if keep and not stage:
+        raise OSError(f"no directory to stage /tmp on (one of {STAGING})")
+    if stage:
+        _check(libc.mount(b"/tmp", stage.encode(), None, _MS_BIND | _MS_REC, None), f"mount --rbind /tmp {stage}")
     options = f"size={TMPFS_SIZE},mode=1777".encode()
     _check(libc.mount(b"ftbench-ray", b"/tmp", b"tmpfs", 0, options), "mount tmpfs /tmp")
+    for name in keep:
+        source, target = f"{stage}/{name}", f"/tmp/{name}"
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            Path(target).touch()
+        _check(libc.mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None), f"bind {target}")
+    if stage:
+        _check(libc.umount2(stage.encode(), _MNT_DETACH), f"umount {stage}")
 
 
 def enter_node(pid: int, namespace: str) -> None:
@@ -146,11 +182,14 @@ def enter_node(pid: int, namespace: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``NETNS -- COMMAND...``: a private /tmp, the host's network, then COMMAND."""
-    namespace, sep, *command = argv
-    if sep != "--" or not command:
-        raise SystemExit("usage: python -m bench.strategies.ray_train.cluster NETNS -- COMMAND...")
-    private_tmp()
+    """``NETNS [--keep=NAME]... -- COMMAND...``: a private /tmp (with the machine's
+    /tmp/NAME), the host's network, then COMMAND."""
+    if "--" not in argv or argv.index("--") < 1 or argv.index("--") == len(argv) - 1:
+        raise SystemExit("usage: python -m bench.strategies.ray_train.cluster NETNS [--keep=NAME]... -- COMMAND...")
+    split = argv.index("--")
+    namespace, options, command = argv[0], argv[1:split], argv[split + 1 :]
+    keep = [o.removeprefix("--keep=") for o in options if o.startswith("--keep=") and "/" not in o]
+    private_tmp(keep)
     enter(namespace)
     os.execv(command[0], command)
 

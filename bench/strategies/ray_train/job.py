@@ -28,7 +28,7 @@ from bench.procs.hygiene import set_pdeathsig
 from bench.rank.entry import spec_to_json
 from bench.scenario.model import Scenario
 from bench.strategies.ray_train import RayTrainParams
-from bench.strategies.ray_train.cluster import GCS_PORT, PORTS, Node, await_port, enter_node
+from bench.strategies.ray_train.cluster import GCS_PORT, PORTS, Node, await_port, enter_node, kept
 from bench.strategies.ray_train.memory import NodeMemory
 from injectors.link.netns import Topology
 
@@ -63,6 +63,11 @@ class RayTrainJob(Job):
         self.memory = NodeMemory() if s.measure.resources else None
         self._sampled = 0.0
         env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=topo.ifname, **self.params.node_env())
+        # What Ray's processes must see of the machine's /tmp (each node's /tmp is its own).
+        self.keep = kept(
+            [str(ctx.trial_dir), str(ctx.events_dir), str(ctx.checkpoint_dir), os.getcwd(), sys.executable, sys.prefix]
+            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
         head = self.nodes[0]
         self._start_node(head, env)
         self._await_port(head.address, GCS_PORT, "the head's GCS")
@@ -76,12 +81,12 @@ class RayTrainJob(Job):
     def _start_node(self, node: Node, env: dict[str, str]) -> None:
         log = open(self.ctx.events_dir / f"ray-h{node.index}.log", "wb")  # noqa: SIM115 (closed by close())
         self.logs.append(log)
-        argv = node.command(self.nodes[0].address)
+        argv = node.command(self.nodes[0].address, self.keep)
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=set_pdeathsig)
         self.procs[node.index] = proc
         # A host's command: a whole-host fault takes it and everything below it.
         self.events.emit(
-            "command_start", command=f"ray-node-h{node.index}", of_pid=proc.pid, host=node.index, argv=argv[4:]
+            "command_start", command=f"ray-node-h{node.index}", of_pid=proc.pid, host=node.index, argv=argv[3:]
         )
 
     def _await_port(self, address: str, port: int, what: str) -> None:
