@@ -43,6 +43,7 @@ from bench.project.assumptions import TargetCluster
 from bench.project.fit import Choice, ModelName
 from bench.project.inputs import Inputs
 from bench.project.source import CATCHUP, PointFigures
+from bench.scale import growth
 from bench.scenario.figures import phase_name
 
 #: Parts of the lost time, in the order tables list them.
@@ -96,8 +97,7 @@ class Scaling:
 
 
 def transform(model: ModelName, w: np.ndarray) -> np.ndarray:
-    out: np.ndarray = np.log2(w) if model == "log" else w.astype(float)
-    return out
+    return growth.transform(model, w)
 
 
 @dataclass

@@ -4,7 +4,7 @@ limits that bound N on one machine, and a resolver that does not stall clients.
 - **CPU time** of a process and all its threads: ``utime + stime`` of ``/proc/PID/stat``,
   in clock ticks (10 ms at the usual 100 Hz): :data:`CPU_RESOLUTION_S`.
 - **Bytes served**: the kernel's own counters of each TCP connection on the
-  coordinator's port (``bytes_acked`` sent, ``bytes_received``), read with ``ss``
+  coordinator's port (``bytes_sent`` less ``bytes_retrans``, ``bytes_received``), read with ``ss``
   (netlink ``tcp_info``), so what a coordinator wrote to its clients is counted whatever
   system calls it wrote with (``/proc/PID/io`` misses ``send``/``recv``). A connection
   closed before the reading is not counted: readings are taken while every participant
@@ -41,7 +41,7 @@ CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 CPU_RESOLUTION_S = CLOCK_TICK_S
 """Resolution of the CPU times recorded (one clock tick)."""
 
-_BYTES = re.compile(rb"bytes_acked:(\d+)|bytes_received:(\d+)")
+_BYTES = re.compile(rb"\b(bytes_sent|bytes_retrans|bytes_received):(\d+)")
 
 
 def cpu_s(pid: int) -> float | None:
@@ -58,7 +58,8 @@ class Wire:
 
     connections: int
     sent: int
-    """Bytes the server sent that its clients acknowledged."""
+    """Bytes the server sent, retransmissions not counted twice (acknowledgements lag
+    by a delayed ACK, so ``bytes_acked`` would miss the last replies)."""
     received: int
 
 
@@ -73,15 +74,16 @@ def wire(port: int) -> Wire | None:
         timeout=60,
         check=False,
     ).stdout
-    sent = received = conns = 0
+    totals = {b"bytes_sent": 0, b"bytes_retrans": 0, b"bytes_received": 0}
+    conns = 0
     for line in out.splitlines():
         if not line[:1].isspace():
             conns += 1
             continue
         for m in _BYTES.finditer(line):
-            sent += int(m.group(1) or 0)
-            received += int(m.group(2) or 0)
-    return Wire(connections=conns, sent=sent, received=received)
+            totals[m.group(1)] += int(m.group(2))
+    sent = totals[b"bytes_sent"] - totals[b"bytes_retrans"]
+    return Wire(connections=conns, sent=sent, received=totals[b"bytes_received"])
 
 
 # --- limits --------------------------------------------------------------------------
