@@ -75,6 +75,8 @@ def run(spec: ScaleSpec, out: Path, progress: Callable[[str], None] = print) -> 
     progress(f"ftbench scale: {', '.join(spec.coordinators)} at {', '.join(f'{n:,}' for n in spec.sizes)} participants")
     progress(f"results: {path}")
     host = ProcessHost()
+    info["run_id"] = host.run_id  # the marker its processes carry (FTBENCH_RUN), for ftbench cleanup
+    rundir.write_info(path, info)
     driver: Driver | None = None
     try:
         driver = Driver(spec, path, host, progress=progress)
