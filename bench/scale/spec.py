@@ -43,6 +43,11 @@ class ScaleSpec:
     resolver: Literal["isolated", "system"] = "isolated"
     """``isolated``: the benchmark's processes resolve names without the DNS server
     (system.py says why); ``system``: as the machine is set up."""
+    server_family: Literal["inet", "v4-mapped"] = "inet"
+    """The TCPStore server's socket: ``inet``, bound to 127.0.0.1; ``v4-mapped``, an IPv6
+    socket bound to ::ffff:127.0.0.1 (still loopback only), whose clients appear to it as
+    v4-mapped addresses, as they do to a store made the usual way (listening on every
+    interface): the server then looks each one up in reverse (system.py says why that matters)."""
     rdzv_last_call_s: float = 1.0
     """torchrun rendezvous: wait after min_nodes before completing a round (torch: 30 s)."""
     rdzv_keep_alive_s: float = 2.0
@@ -89,6 +94,7 @@ def _expect(key: str) -> str:
         "repeats": "an integer from 1 to 20",
         "deadline_s": "a number of seconds from 1 to 3600",
         "resolver": '"isolated" or "system"',
+        "server_family": '"inet" or "v4-mapped"',
         "max_workers": "an integer from 1 to 64",
     }.get(key, _POSITIVE_INT if isinstance(getattr(ScaleSpec(), key), int) else _POSITIVE)
 
@@ -118,6 +124,8 @@ def check(key: str, v: Any, where: str = "--set") -> Any:
         v = float(v) if ok else v
     elif key == "resolver":
         ok = v in ("isolated", "system")
+    elif key == "server_family":
+        ok = v in ("inet", "v4-mapped")
     elif isinstance(getattr(ScaleSpec(), key), int):
         ok = _int(v, 1, 10**8)
     else:
