@@ -55,6 +55,7 @@ def scale(full: bool, sets: tuple[str, ...], out: Path, show_run: str | None) ->
         click.echo(f"\nwritten: {md}, {png}")
         return
     chosen = spec.build(sets, full=full)
+    signal.signal(signal.SIGINT, interrupt)  # also where a parent started it with SIGINT ignored
     signal.signal(signal.SIGTERM, interrupt)
     try:
         path = sweep.run(chosen, out, progress=lambda line: click.echo(line, err=True))

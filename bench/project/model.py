@@ -267,9 +267,15 @@ def project(
         b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
         shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
         if restore is not None and nbytes is not None and restore_at is not None:
-            # The measured restore is replaced by the fit at the cluster's state size.
-            b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at]
-            shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]])
+            # The measured restore is replaced by the fit at the cluster's state size; a
+            # control-plane curve of it (the resume step agreed over the store) adds its
+            # growth with the participants on top: the state fit is per byte, not per rank.
+            ctl = scaling.get(RESTORE)
+            on_top = ctl is not None and ctl.count is not None
+            b_extra = b_shifts[RESTORE] if on_top else 0.0
+            extra = shifts[RESTORE] if on_top else 0.0
+            b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at] + b_extra
+            shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]]) + extra
         b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
         b_parts = lost_parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
         boot = effective(b_parts, rate, b_tau, b_delta, b_tax)[0]

@@ -98,9 +98,19 @@ def _bytes(v: float) -> str:
     return f"{v:.3g} TB"
 
 
+def _spread(values: pd.Series) -> str:
+    """The median over repetitions, and their range where there are several (two
+    repetitions can disagree by a factor of ten: a median alone would hide which)."""
+    v = values.astype(float)
+    if len(v) < 2:
+        return _seconds(float(v.median()))
+    return f"{_seconds(float(v.median()))} ({_seconds(float(v.min()))}–{_seconds(float(v.max()))})"
+
+
 def points_table(run: ScaleRun) -> pd.DataFrame:
     """Per coordinator, operation and size: the medians over repetitions of p50, p95 and
-    all, the coordinator's CPU seconds and bytes out, the participants' CPU seconds."""
+    all (with its range), the coordinator's CPU seconds and bytes out, the participants'
+    CPU seconds."""
     df = run.ok()
     rows = []
     for (coordinator, op, n), g in df.groupby(["coordinator", "op", "n"], sort=False):
@@ -112,7 +122,7 @@ def points_table(run: ScaleRun) -> pd.DataFrame:
                 "reps": len(g),
                 "p50": _seconds(float(g["p50_s"].median())),
                 "p95": _seconds(float(g["p95_s"].median())),
-                "all": _seconds(float(g["all_s"].median())),
+                "all": _spread(g["all_s"]),
                 "coordinator CPU": _seconds(float(g["server_cpu_s"].median())),
                 "bytes out": _bytes(float(g["sent_bytes"].median())),
                 "participants' CPU": _seconds(float(g["client_cpu_s"].median())),

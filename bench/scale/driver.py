@@ -42,6 +42,10 @@ per process)."""
 START_S = 120.0
 """How long a server or worker may take to start (on loaded cores)."""
 THREAD_MARGIN = 1_000
+MAX_THREADS = 20_000
+"""Participant threads a point may start: at 24,600 (torchft's clients, 8,192 replica
+groups) the load average passed 1,000, a participant process took over 3 minutes to
+answer, and everything else on the machine stalled with it."""
 """Thread ids kept free for everything else on the machine."""
 PORT_MARGIN = 1_000
 """Ephemeral ports kept free for everything else."""
@@ -188,6 +192,11 @@ class Driver:
             return "thread ids", (
                 f"{n * c.threads:,} threads ({c.threads} a participant) + {used:,} in use > kernel.pid_max {pid_max:,}"
             )
+        if n * c.threads > MAX_THREADS:
+            return "threads", (
+                f"{n * c.threads:,} threads ({c.threads} a participant) > {MAX_THREADS:,}, the most this machine runs "
+                "and stays responsive"
+            )
         need = n * (256e3 * c.threads + 64e3 * c.connections)
         if need > 0.8 * system.memory_available():
             return (
@@ -227,7 +236,11 @@ class Driver:
                     if bad is None:
                         break
                     late = bad.error.startswith(("no result within", "not connected within"))
-                    yield Stop(c.name, n, "time budget" if late else "error", f"{bad.op}: {bad.error}", op=bad.op)
+                    kind = "time budget" if late else "error"
+                    if bad.op not in {o.name for o in todo}:
+                        yield Stop(c.name, n, kind, bad.error)
+                        return
+                    yield Stop(c.name, n, kind, f"{bad.op}: {bad.error}", op=bad.op)
                     stopped.add(bad.op)
                     ran = {r.op for r in records}
                     todo = [o for o in live(todo) if o.name not in ran]
@@ -291,6 +304,7 @@ class Driver:
                 setup_errors.update(reply[1])
                 retries += reply[3]
             setup_s = time.monotonic() - started
+            current = ops[0].name
             if setup_errors:
                 i, why = next(iter(setup_errors.items()))
                 return [
@@ -307,7 +321,9 @@ class Driver:
                 ]
             victim = n - 1
             killed = False
+            current = ops[0].name
             for op in ops:
+                current = op.name
                 if op.victim and not killed and not c.victim_runs:
                     self.workers[-1].conn.send(("kill", [victim]))
                     self._recv(self.workers[-1], d + 30, "kill")
@@ -322,8 +338,12 @@ class Driver:
                     break
             self._all(("reset",), d + 30, "reset")
         except (TimeoutError, RuntimeError) as err:
+            # A process that did not answer in time (a machine overwhelmed) or exited:
+            # the operation under way cannot be done here, at this size.
             self.dirty = True
-            records.append(Record(c.name, "?", n, rep, n, error=str(err)))
+            late = isinstance(err, TimeoutError)
+            why = f"no result within {d:g} s ({err})" if late else str(err)
+            records.append(Record(c.name, current if records or late else ops[0].name, n, rep, n, error=why))
         finally:
             self.workers = saved
         return records

@@ -177,6 +177,12 @@ class Heartbeats:
 
 
 HEARTBEATS: list[Heartbeats] = []
+PER_HEARTBEAT_LOOP = 128
+"""Replica groups one heartbeat loop serves: a heartbeat takes about a millisecond, so a
+loop of 128 stays well inside a second even on loaded cores, and no live group ages
+past the lighthouse's timeout because its loop was slow."""
+_LIVE: set[int] = set()
+_HEARTBEATS_LOCK = threading.Lock()
 
 
 class ReplicaGroup(Participant):
@@ -186,8 +192,11 @@ class ReplicaGroup(Participant):
     def setup(self) -> None:
         from torchft._torchft import LighthouseClient
 
-        if not HEARTBEATS:
-            HEARTBEATS.append(Heartbeats(float(self.ctx.knobs["lh_heartbeat_ms"]) / 1e3))
+        with _HEARTBEATS_LOCK:
+            if len(HEARTBEATS) * PER_HEARTBEAT_LOOP <= len(_LIVE):
+                HEARTBEATS.append(Heartbeats(float(self.ctx.knobs["lh_heartbeat_ms"]) / 1e3))
+            self.loop = HEARTBEATS[len(_LIVE) // PER_HEARTBEAT_LOOP]
+            _LIVE.add(id(self))
         self.rid = f"rep{self.ctx.rep}_group{self.index}"
         try:
             self.lh: Any = LighthouseClient(self.ctx.address, datetime.timedelta(seconds=self.ctx.deadline_s))
@@ -197,7 +206,7 @@ class ReplicaGroup(Participant):
             self.lh.heartbeat(self.rid)
         except Exception as err:
             raise RuntimeError(f"first heartbeat: {err}") from err
-        HEARTBEATS[0].add(self.rid, self.lh)
+        self.loop.add(self.rid, self.lh)
 
     def run(self, op: str) -> None:
         quorum = self.lh.quorum(replica_id=self.rid, timeout=self.ctx.timeout)
@@ -207,11 +216,13 @@ class ReplicaGroup(Participant):
             raise RuntimeError(f"a quorum of {len(got)} replica groups, not {want}")
 
     def kill(self) -> None:
-        HEARTBEATS[0].remove(self.rid)
+        self.loop.remove(self.rid)
 
     def close(self) -> None:
-        if HEARTBEATS:
-            HEARTBEATS[0].remove(self.rid)
+        if getattr(self, "loop", None) is not None:
+            self.loop.remove(self.rid)
+        with _HEARTBEATS_LOCK:
+            _LIVE.discard(id(self))
         self.lh = None
 
 

@@ -24,7 +24,6 @@ from typing import Any
 from bench.procs.hygiene import redirect_output, set_pdeathsig
 from bench.scale import system
 
-
 BACKLOG = 4096
 """The listening queue (the kernel caps it at net.core.somaxconn, 4096 here)."""
 
@@ -55,7 +54,9 @@ def main(conn: Connection, server: str, n: int, knobs: dict[str, Any], log: str,
             from bench.procs.store import bound_store
 
             sock = _v4_mapped() if knobs.get("server_family") == "v4-mapped" else None
-            keep = bound_store("127.0.0.1", timeout_s=3600, libuv=server == "tcpstore-libuv", sock=sock, backlog=BACKLOG)
+            keep = bound_store(
+                "127.0.0.1", timeout_s=3600, libuv=server == "tcpstore-libuv", sock=sock, backlog=BACKLOG
+            )
             conn.send(("ready", f"127.0.0.1:{keep.port}", keep.port, os.getpid()))
         elif server == "lighthouse":
             from torchft._torchft import LighthouseServer

@@ -22,7 +22,7 @@ DEFAULT_SIZES: tuple[int, ...] = tuple(2**k for k in range(3, 11))
 FULL_SIZES: tuple[int, ...] = tuple(2**k for k in range(3, 15))
 """8 to 16,384: ``--full`` (under half an hour; each coordinator stops at its limit)."""
 MAX_N = 65_536
-FULL_DEADLINE_S = 120.0
+FULL_DEADLINE_S = 90.0
 ONCE_ABOVE = 256
 """Above this many participants a point is measured once whatever ``repeats`` says: such
 a point costs minutes, and the spread between its participants is the spread shown."""
@@ -57,8 +57,8 @@ class ScaleSpec:
     """torchrun rendezvous: missed keep-alives before an agent is dead (torch: 3)."""
     lh_heartbeat_ms: int = 1000
     """torchft: how often each replica group heartbeats (torchft's Manager: 100 ms)."""
-    lh_heartbeat_timeout_ms: int = 2000
-    """torchft lighthouse: heartbeat age after which a replica group is dead (torchft: 5000)."""
+    lh_heartbeat_timeout_ms: int = 5000
+    """torchft lighthouse: heartbeat age after which a replica group is dead (torchft's default)."""
     lh_join_timeout_ms: int = 60_000
     """torchft lighthouse: wait for stragglers before a quorum of fewer (torchft: 60000)."""
     lh_quorum_tick_ms: int = 100

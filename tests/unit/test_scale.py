@@ -27,7 +27,7 @@ from tests.unit.runfactory import trial, write_run
 SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def scale_run(root: Path, shapes: dict[tuple[str, str], object], stops: list[Stop] = ()) -> Path:  # type: ignore[assignment]
+def scale_run(root: Path, shapes: dict[tuple[str, str], object], stops: tuple[Stop, ...] = ()) -> Path:
     """A scale run under ``root/scale`` whose (coordinator, op) latencies follow ``shapes``
     (seconds as a function of N), two repetitions per size, p50 below p95 below all."""
     path = root / "scale" / "20261207T000000Z_test"
@@ -117,7 +117,7 @@ def test_a_run_reads_back_and_draws_without_warnings(tmp_path: Path) -> None:
     path = scale_run(
         tmp_path,
         {("tcpstore-libuv", "connect"): lambda n: 1e-4 * n, ("membership", "agree"): lambda n: 1e-6 * n**2},
-        [Stop("membership", 2048, "time budget", "agree: no result within 20 s", op="agree")],
+        (Stop("membership", 2048, "time budget", "agree: no result within 20 s", op="agree"),),
     )
     run = rundir.load(tmp_path / "scale")  # the newest run of the directory
     assert run.path == path and len(run.records) == 2 * 2 * len(SIZES)
@@ -140,13 +140,10 @@ def test_an_empty_figure_stays_empty(tmp_path: Path) -> None:
     path = scale_run(tmp_path, {("nvrx", "barrier"): lambda n: 1e-3 * n})
     rundir.append(path, Record("nvrx", "barrier", 2048, 0, 2048, done=1000, error="no result within 20 s"))
     rows = (path / rundir.POINTS).read_text().splitlines()
-    assert rows[-1].split(",")[COLUMNS.index("all_s")] == ""
+    assert rows[-1].split(",")[rundir.COLUMNS.index("all_s")] == ""
     run = rundir.load(path)
     assert curve(run, "nvrx", "barrier").max_n == 1024  # type: ignore[union-attr]
     assert math.isnan(float(run.records.iloc[-1]["all_s"]))
-
-
-COLUMNS = rundir.COLUMNS
 
 
 def test_a_directory_without_a_run_is_a_one_line_error(tmp_path: Path) -> None:
