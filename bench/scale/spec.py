@@ -50,11 +50,13 @@ class ScaleSpec:
     interface): the server then looks each one up in reverse (system.py says why that matters)."""
     rdzv_last_call_s: float = 1.0
     """torchrun rendezvous: wait after min_nodes before completing a round (torch: 30 s)."""
-    rdzv_keep_alive_s: float = 2.0
-    """torchrun rendezvous: keep-alive interval (torch: 5 s). Shorter, with agents' Python
-    on shared cores, live agents whose keep-alive thread ran late were taken for dead."""
+    rdzv_keep_alive_s: float = 5.0
+    """torchrun rendezvous: keep-alive interval (torch's default). It decides more than the
+    time a dead agent takes to be noticed: an agent whose keep-alive is older than interval
+    x attempts is dropped from the round it is joining, so a round that takes longer to
+    form than that churns and may never form (with 2 s x 3, 128 agents never did here)."""
     rdzv_keep_alive_attempts: int = 3
-    """torchrun rendezvous: missed keep-alives before an agent is dead (torch: 3)."""
+    """torchrun rendezvous: missed keep-alives before an agent is dead (torch's default)."""
     lh_heartbeat_ms: int = 1000
     """torchft: how often each replica group heartbeats (torchft's Manager: 100 ms)."""
     lh_heartbeat_timeout_ms: int = 5000
