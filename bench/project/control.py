@@ -33,7 +33,7 @@ from bench.project.assumptions import TargetCluster
 from bench.project.model import Scaling
 from bench.scale.coordinators import BORROWED, COORDINATORS, STANDS_FOR
 from bench.scale.curves import curve
-from bench.scale.driver import Stop
+from bench.scale.records import Stop
 from bench.scale.rundir import ScaleRun
 
 FIGURE = "all_s"
@@ -93,6 +93,31 @@ def phases(run: ScaleRun, cluster: TargetCluster) -> dict[tuple[str, str], Contr
     return out
 
 
+CPU_BOUND = 0.5
+"""Share of the machine's cores the participants' own work took during an operation above
+which the operation was bound by it (their CPU, not the coordinator)."""
+
+
+def cpu_bound(run: ScaleRun, coordinator: str, op: str) -> str:
+    """Why a curve is an upper bound, where the participants' own CPU bounded its largest
+    point: on one machine their work shares its cores, on a cluster each has a host."""
+    df = run.ok()
+    rows = df[(df["coordinator"] == coordinator) & (df["op"] == op)]
+    cores = float(run.info.get("machine", {}).get("cpus") or 0)
+    if rows.empty or cores <= 0:
+        return ""
+    last = rows[rows["n"] == rows["n"].max()].iloc[0]
+    wall, clients, server = float(last["all_s"]), float(last["client_cpu_s"]), float(last["server_cpu_s"])
+    share = clients / (wall * cores) if wall > 0 else 0.0
+    if not share >= CPU_BOUND:
+        return ""
+    return (
+        f"at {int(last['n']):,} the participants used {clients:.3g} CPU-s of the {cores:g} cores in {wall:.3g} s "
+        f"({100 * share:.0f} %; the coordinator {server:.3g} CPU-s): their own work bounded it, on shared cores "
+        "here and on a host each on a cluster, so the curve is an upper bound"
+    )
+
+
 def notes(run: ScaleRun, used: list[ControlPhase], cluster: TargetCluster) -> list[str]:
     """What the projection took from the scale run, and where that run stopped."""
     if not used:
@@ -111,6 +136,9 @@ def notes(run: ScaleRun, used: list[ControlPhase], cluster: TargetCluster) -> li
                 f"{u.coordinator}/{u.op} was measured up to {u.max_n:,} {u.unit}s; at {largest:,} GPUs "
                 f"({x:,.0f}) it is the fitted {u.scaling.choice.fit.model} model's extrapolation."
             )
+        bound = cpu_bound(run, u.coordinator, u.op)
+        if bound:
+            out.append(f"{u.coordinator}/{u.op}: {bound}")
         if u.stop is not None:
             out.append(
                 f"{u.coordinator}/{u.op} stopped at {u.stop.n:,} {u.unit}s in the scale run ({u.stop.limit}: "

@@ -23,7 +23,8 @@ own and the participants are real client objects (torch's ``TCPStore``,
 - :mod:`bench.scale.worker`: a process of participants, driven over a pipe;
 - :mod:`bench.scale.system`: what the operating system says (CPU time, bytes on the
   coordinator's port, the limits that bound N, the resolver);
-- :mod:`bench.scale.driver`: a sweep, point by point, until a limit stops it;
+- :mod:`bench.scale.driver`: a sweep, point by point, until a limit stops it; what it
+  records (:mod:`bench.scale.records`);
 - :mod:`bench.scale.rundir`: the run directory (``scale.json``, ``points.csv``);
 - :mod:`bench.scale.growth`, :mod:`bench.scale.curves`: growth models, fits, crossings;
 - :mod:`bench.scale.anchors`: published figures beside ftbench's;

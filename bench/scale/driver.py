@@ -32,6 +32,7 @@ import numpy as np
 from bench.procs.launcher import ProcessHost
 from bench.scale import servers, system, worker
 from bench.scale.coordinators import Coordinator, Op
+from bench.scale.records import Record, Stop
 from bench.scale.spec import ScaleSpec
 
 RELEASE_AHEAD_S = 0.05
@@ -49,50 +50,6 @@ answer, and everything else on the machine stalled with it."""
 """Thread ids kept free for everything else on the machine."""
 PORT_MARGIN = 1_000
 """Ephemeral ports kept free for everything else."""
-
-
-@dataclass
-class Record:
-    """One operation at one point, one repetition."""
-
-    coordinator: str
-    op: str
-    n: int
-    rep: int
-    expected: int
-    done: int = 0
-    p50_s: float = math.nan
-    p95_s: float = math.nan
-    all_s: float = math.nan
-    """When the last participant had its result (empty unless every one did)."""
-    server_cpu_s: float = math.nan
-    client_cpu_s: float = math.nan
-    sent_bytes: float = math.nan
-    received_bytes: float = math.nan
-    connections: float = math.nan
-    setup_s: float = math.nan
-    setup_retries: int = 0
-    """Participants whose connection failed and was tried again (setup is not timed)."""
-    late_s: float = math.nan
-    workers: int = 0
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.done == self.expected and not self.error
-
-
-@dataclass
-class Stop:
-    """Why a coordinator's sweep ended before its largest size."""
-
-    coordinator: str
-    n: int
-    limit: str
-    """descriptors, ephemeral ports, thread ids, memory, time budget, error, skipped."""
-    reason: str
-    op: str = ""
-    """The operation stopped (the others go on); "" for the whole coordinator."""
 
 
 @dataclass

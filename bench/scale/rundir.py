@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from bench.scale.driver import Record, Stop
+from bench.scale.records import Record, Stop
 from bench.scale.spec import ScaleSpec, from_dict
 from bench.scenario.config import ConfigError
 

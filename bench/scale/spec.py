@@ -34,8 +34,9 @@ class ScaleSpec:
     """Which coordinators to measure, in this order."""
     sizes: tuple[int, ...] = DEFAULT_SIZES
     """Participant counts, smallest first; a coordinator stops at the first it cannot do."""
-    repeats: int = 2
-    """Measurements of each point up to ONCE_ABOVE participants (a fresh coordinator each)."""
+    repeats: int = 1
+    """Measurements of each point up to ONCE_ABOVE participants, a fresh coordinator each
+    (``--full``: 2; the default sweep keeps to minutes with one)."""
     deadline_s: float = 20.0
     """Time budget of one operation: a participant without its result by then stops the
     operation (and those that need it) at that size; the limit printed is this budget.
@@ -153,7 +154,7 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 def build(sets: tuple[str, ...] = (), *, full: bool = False, base: ScaleSpec | None = None) -> ScaleSpec:
     """The default sweep (or ``full``'s sizes), then each ``--set``."""
-    spec = base or (ScaleSpec(sizes=FULL_SIZES, deadline_s=FULL_DEADLINE_S) if full else ScaleSpec())
+    spec = base or (ScaleSpec(sizes=FULL_SIZES, deadline_s=FULL_DEADLINE_S, repeats=2) if full else ScaleSpec())
     changes = dict(parse_set(s) for s in sets)
     return replace(spec, **changes)
 

@@ -22,7 +22,8 @@ from bench.procs.launcher import ProcessHost
 from bench.results.writer import RunDir
 from bench.scale import rundir, system
 from bench.scale.coordinators import COORDINATORS
-from bench.scale.driver import Driver, Record, Stop
+from bench.scale.driver import Driver
+from bench.scale.records import Record, Stop
 from bench.scale.spec import ScaleSpec
 
 

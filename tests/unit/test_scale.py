@@ -20,7 +20,7 @@ from bench.results.reader import load as load_run
 from bench.scale import anchors, growth, page, rundir, spec
 from bench.scale.coordinators import COORDINATORS, STANDS_FOR
 from bench.scale.curves import curve, fits_table
-from bench.scale.driver import Record, Stop
+from bench.scale.records import Record, Stop
 from bench.scenario.config import ConfigError
 from tests.unit.runfactory import trial, write_run
 
