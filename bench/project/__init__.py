@@ -114,12 +114,18 @@ def build(
             notes.append(f"{p.label}: phase growth taken from the scaling run's {', '.join(sorted(borrowed))} fault.")
         if scaling is not None and p.phases and not fits and not p.reason:
             notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy}: phases constant.")
-        for ph in p.phases:
-            cp = curves.get((p.strategy, ph))
-            if cp is not None and not p.reason:
-                fits[ph] = cp.scaling  # the coordinator measured at scale, not a 2-8-rank fit
-                used[p.strategy, ph] = cp
-        out.append(project(p, cluster, fits, inputs=inputs, replicates=replicates, seed=seed))
+        added: dict[str, Scaling] = {}
+        for (strategy, phase), cp in curves.items():
+            if strategy != p.strategy or p.reason:
+                continue
+            if phase in p.phases:
+                fits[phase] = cp.scaling  # the coordinator measured at scale, not a 2-8-rank fit
+            elif cp.fallback in p.phases:
+                added[cp.fallback] = cp.scaling  # its time is inside another phase here: added to it
+            else:
+                continue
+            used[strategy, phase] = cp
+        out.append(project(p, cluster, fits, added=added, inputs=inputs, replicates=replicates, seed=seed))
     if control is not None:
         notes += ctl.notes(control, list(used.values()), cluster)
     inputs = inputs or Inputs()

@@ -53,6 +53,8 @@ class ControlPhase:
 
     strategy: str
     phase: str
+    fallback: str
+    """Where its growth goes in a run without ``phase`` ("" for nowhere)."""
     coordinator: str
     op: str
     unit: str
@@ -66,11 +68,13 @@ class ControlPhase:
         x = self.scaling.x(gpus)
         return x, self.scaling.choice.fit.predict(x), x > self.max_n
 
-    def describe(self, gpus: float) -> str:
+    def describe(self, gpus: float, phase: str = "") -> str:
         x, v, beyond = self.at(gpus)
         unit = self.unit if x == 1 else f"{self.unit}s" if self.unit != "replica group" else "replica groups"
         where = f"extrapolated past {self.max_n:,}" if beyond else "within the sizes measured"
-        return f"{self.phase} ← {self.coordinator}/{self.op}: {v:.3g} s at {x:,.0f} {unit} ({where})"
+        into = phase if phase and phase != self.phase else ""
+        name = f"{self.phase} (in {into})" if into else self.phase
+        return f"{name} ← {self.coordinator}/{self.op}: {v:.3g} s at {x:,.0f} {unit} ({where})"
 
 
 def phases(run: ScaleRun, cluster: TargetCluster) -> dict[tuple[str, str], ControlPhase]:
@@ -86,9 +90,9 @@ def phases(run: ScaleRun, cluster: TargetCluster) -> dict[tuple[str, str], Contr
         scaling = Scaling(
             c.choice, np.asarray(c.n, dtype=float), np.asarray(c.y, dtype=float), counter(unit, cluster), True, label
         )
-        for strategy, phase in targets:
+        for strategy, phase, fallback in targets:
             out[strategy, phase] = ControlPhase(
-                strategy, phase, coordinator, op, unit, scaling, c.max_n, stop, BORROWED.get(strategy, "")
+                strategy, phase, fallback, coordinator, op, unit, scaling, c.max_n, stop, BORROWED.get(strategy, "")
             )
     return out
 

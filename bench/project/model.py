@@ -223,12 +223,15 @@ def project(
     cluster: TargetCluster,
     scaling: dict[str, Scaling],
     *,
+    added: dict[str, Scaling] | None = None,
     inputs: Inputs | None = None,
     replicates: int = 1000,
     seed: int = 0,
 ) -> Projection:
     """E(N) with its band for every cluster size of ``cluster``; empty cells (and the
-    reason) for a point no trial of which recovered."""
+    reason) for a point no trial of which recovered. ``added``: growth added to a phase on
+    top of its own (control-plane work the run measured inside that phase)."""
+    added = added or {}
     proj = Projection(point=point)
     if point.reason:
         return proj
@@ -237,6 +240,8 @@ def project(
     for ph in point.phases:
         s = scaling.get(ph)
         proj.models[ph] = s.describe() if s else UNMEASURED
+        if ph in added:
+            proj.models[ph] += f"; plus {added[ph].describe()}"
     never = int(np.sum(np.isnan(point.degraded_s)))
     if point.shrinks and never:
         proj.notes.append(
@@ -252,6 +257,8 @@ def project(
     b_mean, b_deg = point.values[idx].mean(axis=1), degraded[idx].mean(axis=1)
     b_coefs = {ph: s.coefs(rng, replicates) for ph, s in scaling.items()}
     coefs = {ph: s.coefs(None, 1) for ph, s in scaling.items()}
+    b_added = {ph: s.coefs(rng, replicates) for ph, s in added.items()}
+    c_added = {ph: s.coefs(None, 1) for ph, s in added.items()}
     mean, deg = point.values.mean(axis=0, keepdims=True), np.array([degraded.mean()])
     t_value, b_tax, why = taxes(tax, rng, replicates)
     if why:
@@ -266,6 +273,9 @@ def project(
         tau, how = cluster.interval(n, delta) if point.checkpoints else (None, "no checkpoints")
         b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
         shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
+        for ph, s in added.items():
+            b_shifts[ph] = b_shifts.get(ph, 0.0) + s.shift(b_added[ph], point.world, n)
+            shifts[ph] = shifts.get(ph, 0.0) + s.shift(c_added[ph], point.world, n)
         if restore is not None and nbytes is not None and restore_at is not None:
             # The measured restore is replaced by the fit at the cluster's state size; a
             # control-plane curve of it (the resume step agreed over the store) adds its

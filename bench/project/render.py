@@ -133,7 +133,9 @@ def _control(res: Result, strategy: str, gpus: int) -> str:
     """Which of a stack's phases came from a scale run's curve, and their value there."""
     used = [u for u in res.control_used if u.strategy == strategy]
     if used:
-        return "measured: " + "; ".join(u.describe(gpus) for u in used)
+        point = next(p.point for p in res.projections if p.point.strategy == strategy)
+        where = {u.phase: u.phase if u.phase in point.phases else u.fallback for u in used}
+        return "measured: " + "; ".join(u.describe(gpus, where[u.phase]) for u in used)
     if res.control is None:
         return "assumed: as the run and --scaling give it (no scale run)"
     return "none measured for this stack (its phases as the run and --scaling give them)"

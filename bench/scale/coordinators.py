@@ -194,15 +194,19 @@ COORDINATORS: dict[str, Coordinator] = {
     )
 }
 
-#: (coordinator, op) -> the (strategy, phase) pairs whose growth with the job it gives
-#: ``ftbench project``, and how that strategy's participants are counted.
-STANDS_FOR: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
-    ("rendezvous", "form"): (("restart", "rendezvous"), ("nvrx-launcher", "rendezvous")),
-    ("lighthouse", "failover"): (("torchft", "lighthouse"),),
-    ("nvrx", "restart"): (("nvrx-inprocess", "barrier"),),
-    ("membership", "agree"): (("reinit", "isolate"), ("torch-reconfigure", "isolate")),
-    ("membership", "handles"): (("torch-reconfigure", "handles"),),
-    ("membership", "resume"): (("reinit", "restore"), ("torch-reconfigure", "restore")),
+#: (coordinator, op) -> the (strategy, phase, fallback) whose growth with the job it gives
+#: ``ftbench project``: the phase it is, or where a run has no such phase (no trial needed
+#: it), the phase its time falls in instead ("" for none).
+STANDS_FOR: dict[tuple[str, str], tuple[tuple[str, str, str], ...]] = {
+    ("rendezvous", "form"): (("restart", "rendezvous", ""), ("nvrx-launcher", "rendezvous", "")),
+    ("lighthouse", "failover"): (("torchft", "lighthouse", ""),),
+    ("nvrx", "restart"): (("nvrx-inprocess", "barrier", ""),),
+    ("membership", "agree"): (("reinit", "isolate", ""), ("torch-reconfigure", "isolate", "")),
+    ("membership", "handles"): (("torch-reconfigure", "handles", ""),),
+    # The resume step is agreed after the group is re-formed: in the restore phase where a
+    # peer's state is sent, else before the first step, which the run counts in catch-up;
+    # it is recovery work, so a run without a restore phase carries it in reconfigure.
+    ("membership", "resume"): (("reinit", "restore", "reconfigure"), ("torch-reconfigure", "restore", "reconfigure")),
 }
 
 #: Where a curve stands for a stack that is not the one measured, why it may.

@@ -65,8 +65,13 @@ def test_every_key_is_checked_and_named() -> None:
 
 
 def test_each_curve_that_stands_for_a_phase_is_an_operation_measured() -> None:
+    from bench.scenario.strategy import STRATEGIES
+
     for (coordinator, op), targets in STANDS_FOR.items():
         assert COORDINATORS[coordinator].op(op).name == op and targets
+        for strategy, phase, fallback in targets:
+            phases = {p for p, _ in STRATEGIES[strategy].phases}
+            assert phase in phases and (not fallback or fallback in phases), (strategy, phase, fallback)
 
 
 def test_list_shows_the_coordinators() -> None:
@@ -195,3 +200,17 @@ def test_hosts_count_the_agents_of_a_launcher() -> None:
     cluster = assumptions.cluster(None, ("gpus_per_host=8",))
     assert counter("host", cluster)(100_000) == 12_500 and counter("rank", cluster)(100_000) == 100_000
     assert counter("replica group", cluster)(4) == 1
+
+
+def test_a_curve_whose_phase_the_run_lacks_adds_to_the_phase_that_holds_its_time(tmp_path: Path) -> None:
+    # reinit without a peer restore has no restore phase: the resume step's growth (1 ms
+    # a rank) goes into reconfigure, on top of reconfigure's own.
+    run = write_run(tmp_path, "s", {"strategy=reinit": [_full(1.0, 9.0)] * 3})
+    scale_run(tmp_path, {("membership", "resume"): lambda n: 1e-3 * n})
+    cluster = assumptions.cluster(None, ROUND)
+    res = build(load_run(run), cluster, control=rundir.load(tmp_path / "scale"), replicates=20)
+    p = res.projections[0]
+    assert "restore" not in p.point.phases
+    assert p.cells[0].effective == pytest.approx(1 / (1 + 1e-3 * 10.796), rel=1e-3)
+    assert "plus control plane membership/resume" in p.models["reconfigure"]
+    assert [(u.strategy, u.phase) for u in res.control_used] == [("reinit", "restore")]
