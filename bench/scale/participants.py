@@ -318,7 +318,7 @@ class Member(Participant):
             if resume != 101:
                 raise RuntimeError(f"resume after {resume - 1}, not 100")
         elif op == "handles":
-            handle = f"{self.index:08d}".ljust(int(self.ctx.knobs.get("handle_bytes", 128)), "h")
+            handle = f"{self.index:08d}".ljust(int(self.ctx.knobs.get("handle_bytes", 32)), "h")
             handles = m.exchange_handles(second, handle, self.ctx.timeout)
             if len(handles) != second.size:
                 raise RuntimeError(f"{len(handles)} handles, not {second.size}")
