@@ -81,14 +81,16 @@ class ScaleRun:
 
 
 def resolve(path: str | Path) -> Path:
-    """A scale run directory, or the newest run in a directory of them."""
+    """A scale run directory, or the newest finished run in a directory of them (the
+    newest of any when none finished: an interrupted sweep holds fewer sizes)."""
     p = Path(path)
     if (p / INFO).exists():
         return p
     if p.is_dir():
         runs = sorted((d for d in p.iterdir() if (d / INFO).exists()), key=_created)
-        if runs:
-            return runs[-1]
+        finished = [d for d in runs if _finished(d)]
+        if finished or runs:
+            return (finished or runs)[-1]
     raise ConfigError(str(path), "", f"a scale run directory holding {INFO} (or a directory of them)")
 
 
@@ -98,6 +100,13 @@ def _created(d: Path) -> tuple[str, str]:
     except (OSError, json.JSONDecodeError):
         created = ""
     return created, d.name
+
+
+def _finished(d: Path) -> bool:
+    try:
+        return bool(json.loads((d / INFO).read_text()).get("finished"))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
 
 
 def load(path: str | Path) -> ScaleRun:

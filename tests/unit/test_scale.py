@@ -38,6 +38,7 @@ def scale_run(root: Path, shapes: dict[tuple[str, str], object], stops: tuple[St
         "stops": [asdict(s) for s in stops],
         "skipped": {},
         "machine": {"cpus": 2, "memory_bytes": 24e9},
+        "finished": True,
     }
     (path / rundir.INFO).write_text(json.dumps(info))
     for (coordinator, op), shape in shapes.items():
@@ -149,6 +150,15 @@ def test_an_empty_figure_stays_empty(tmp_path: Path) -> None:
     run = rundir.load(path)
     assert curve(run, "nvrx", "barrier").max_n == 1024  # type: ignore[union-attr]
     assert math.isnan(float(run.records.iloc[-1]["all_s"]))
+
+
+def test_the_newest_finished_run_is_the_default(tmp_path: Path) -> None:
+    done = scale_run(tmp_path, {("nvrx", "barrier"): lambda n: 1e-3 * n})
+    cut = tmp_path / "scale" / "20261208T000000Z_later"
+    cut.mkdir()
+    (cut / rundir.INFO).write_text(json.dumps({"created": "2026-12-08T00:00:00+00:00", "finished": False}))
+    assert rundir.resolve(tmp_path / "scale") == done
+    assert rundir.resolve(cut) == cut  # named, it is taken as it is
 
 
 def test_a_directory_without_a_run_is_a_one_line_error(tmp_path: Path) -> None:
