@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import warnings
 
-from bench.cli import calibrate, results, run, scenarios
+from bench.cli import calibrate, results, run, scale, scenarios
 from bench.cli.common import cli
 
-__all__ = ["calibrate", "cli", "main", "results", "run", "scenarios"]
+__all__ = ["calibrate", "cli", "main", "results", "run", "scale", "scenarios"]
 
 
 PYNVML_WARNING = "ignore:The pynvml package is deprecated:FutureWarning"

@@ -244,6 +244,15 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
     help="state-scaling run whose fits size checkpoint writes and restores (with --set model_params=...); "
     "auto / none as for --tax.",
 )
+@click.option(
+    "--scale",
+    "scale_run",
+    default="auto",
+    show_default=True,
+    help="ftbench scale run whose coordinator curves scale the control-plane phases (rendezvous, quorum, "
+    "membership, barriers) at the cluster's participants; auto: the newest results/scale beside RUN_DIR's "
+    "scenario directory, if any; none: do without.",
+)
 @click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False, path_type=Path), help="Cluster TOML file.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a cluster key (docs/project.md).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where project.md/png go [RUN/project].")
@@ -259,6 +268,7 @@ def project(
     scaling: str | None,
     tax: str,
     state: str,
+    scale_run: str,
     cluster_file: Path | None,
     sets: tuple[str, ...],
     out: Path | None,
@@ -283,7 +293,10 @@ def project(
         inputs.locate(state, run, inputs.STATE_SCENARIO, "--state"),
     )
     cluster = assumptions.cluster(cluster_file, sets)
-    res = build(run, cluster, open_run(scaling) if scaling else None, inputs=measured)
+    from bench.scale import rundir
+
+    control = rundir.locate(scale_run, run.path)
+    res = build(run, cluster, open_run(scaling) if scaling else None, inputs=measured, control=control)
     out = out or res.run.path / "project"
     png = render.plot(res, out / "project.png")
     click.echo(render.text(res))

@@ -39,6 +39,12 @@ def list_cmd() -> None:
         s = STRATEGIES[name]
         kind = "ftbench's own recovery design" if s.own_design else "stock stack, observed, not replaced"
         click.echo(f"  {name:<{width}}  {s.summary}\n  {'':<{width}}    runs {s.stack} [{kind}]")
+    from bench.scale.coordinators import COORDINATORS
+
+    click.echo("coordinators (ftbench scale: control planes against N participants):")
+    width = max(len(n) for n in COORDINATORS)
+    for name, c in COORDINATORS.items():
+        click.echo(f"  {name:<{width}}  {c.summary}; ops: {', '.join(o.name for o in c.ops)}")
 
 
 def _list_registry(title: str, registry: Registry[Any]) -> None:

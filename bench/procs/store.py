@@ -31,14 +31,24 @@ def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
 
 
 def bound_store(
-    host: str = "127.0.0.1", *, timeout_s: float, port: int = 0, sock: socket.socket | None = None
+    host: str = "127.0.0.1",
+    *,
+    timeout_s: float,
+    port: int = 0,
+    sock: socket.socket | None = None,
+    libuv: bool = True,
+    backlog: int | None = None,
 ) -> dist.TCPStore:
     """A store server listening on ``host`` only, on ``port`` (0: a free one; ``store.port``),
-    or serving ``sock``, a :func:`listening_socket` made by another process."""
+    or serving ``sock``, a :func:`listening_socket` made by another process; ``libuv``:
+    torch's default server backend, else the legacy one; ``backlog``: the listening
+    queue (the kernel caps it at ``net.core.somaxconn``)."""
     import torch.distributed as dist
 
     if sock is None:
         sock = listening_socket(host, port)
+    if backlog is not None:
+        sock.listen(backlog)
     _SOCKETS.append(sock)
     return dist.TCPStore(
         host,
@@ -48,6 +58,7 @@ def bound_store(
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=timeout_s),
         master_listen_fd=sock.fileno(),
+        use_libuv=libuv,
     )
 
 

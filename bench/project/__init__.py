@@ -7,6 +7,8 @@ Layer: above :mod:`bench.report` (whose plotting it shares) and :mod:`bench.resu
   and interval), defaults with their sources, TOML file and ``--set`` overrides;
 - :mod:`bench.project.source`: the points of a run, reduced to recovered trials' phases;
 - :mod:`bench.project.fit`: per-phase growth models fitted on a scaling run;
+- :mod:`bench.project.control`: phases that are control-plane work, scaled by the curves
+  of a scale run (``ftbench scale``) at the cluster's participant count;
 - :mod:`bench.project.inputs`: each stack's measured fault-free tax and the seconds its
   checkpoint writes and restores take per byte of state;
 - :mod:`bench.project.model`: lost time per failure, effective fraction, bootstrap band;
@@ -21,12 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench.project import control as ctl
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import choose
 from bench.project.inputs import Inputs
 from bench.project.model import Projection, Scaling, project
 from bench.project.source import cores, points, scaling_data
 from bench.results.reader import Run
+from bench.scale.rundir import ScaleRun
 
 
 @dataclass
@@ -39,6 +43,9 @@ class Result:
     scaling: Run | None
     inputs: Inputs = field(default_factory=Inputs)
     notes: list[str] = field(default_factory=list)
+    control: ScaleRun | None = None
+    """The scale run control-plane phases were scaled by, if any."""
+    control_used: list[ctl.ControlPhase] = field(default_factory=list)
 
 
 def build(
@@ -47,12 +54,16 @@ def build(
     scaling: Run | None = None,
     *,
     inputs: Inputs | None = None,
+    control: ScaleRun | None = None,
     replicates: int = 1000,
     seed: int = 0,
 ) -> Result:
-    """Project every point of ``run`` onto ``cluster``; phases grow as fitted on the
-    ``scaling`` run where it measured them, and are constant otherwise."""
+    """Project every point of ``run`` onto ``cluster``; phases that are control-plane
+    work grow as the ``control`` scale run measured their coordinator, the others as
+    fitted on the ``scaling`` run where it measured them, and are constant otherwise."""
     notes: list[str] = []
+    curves = ctl.phases(control, cluster) if control is not None else {}
+    used: dict[tuple[str, str], ctl.ControlPhase] = {}
     per_core = cluster.oversubscribed == "per-core"
     data = scaling_data(scaling, per_core) if scaling is not None else {}
     if scaling is None:
@@ -103,6 +114,28 @@ def build(
             notes.append(f"{p.label}: phase growth taken from the scaling run's {', '.join(sorted(borrowed))} fault.")
         if scaling is not None and p.phases and not fits and not p.reason:
             notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy}: phases constant.")
-        out.append(project(p, cluster, fits, inputs=inputs, replicates=replicates, seed=seed))
+        added: dict[str, Scaling] = {}
+        for (strategy, phase), cp in curves.items():
+            if strategy != p.strategy or p.reason:
+                continue
+            if phase in p.phases:
+                fits[phase] = cp.scaling  # the coordinator measured at scale, not a 2-8-rank fit
+            elif cp.fallback in p.phases:
+                added[cp.fallback] = cp.scaling  # its time is inside another phase here: added to it
+            else:
+                continue
+            used[strategy, phase] = cp
+        out.append(project(p, cluster, fits, added=added, inputs=inputs, replicates=replicates, seed=seed))
+    if control is not None:
+        notes += ctl.notes(control, list(used.values()), cluster)
     inputs = inputs or Inputs()
-    return Result(run=run, cluster=cluster, projections=out, scaling=scaling, inputs=inputs, notes=notes)
+    return Result(
+        run=run,
+        cluster=cluster,
+        projections=out,
+        scaling=scaling,
+        inputs=inputs,
+        notes=notes,
+        control=control,
+        control_used=list(used.values()),
+    )

@@ -24,7 +24,12 @@ the cluster's state per GPU (else the assumed ``checkpoint_write_s``), the resto
 is the fitted restore at that size (else as measured), and E is divided by the stack's
 fault-free step-time tax t (else 1): the time the failures leave is trained at 1/t of
 plain DDP's speed. The tax's share of wall time is E (t - 1), so the shares, the tax
-and E still add up to 1.
+and E still add up to 1. t is held at 1 or more (:func:`taxes`): a measured ratio below
+1 is noise or load, not a gain, and would put E above 100 %.
+
+Every part is at least 0 (phases, shifts and fits are floored at 0; tau and delta are
+not negative), the rate is not negative and t >= 1, so E and every share lie in
+[0, 1] and add up to 1 (tests/unit/test_project_edges.py tries the edges).
 
 The band: B bootstrap replicates, each resampling the point's recovered trials (their
 mean loss is the expected loss per fault) and, per phase with a scaling fit, the
@@ -35,14 +40,16 @@ the 5th to 95th percentile of E. The estimate is E from all the data.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import Choice, ModelName
-from bench.project.inputs import Inputs
+from bench.project.inputs import Band, Inputs
 from bench.project.source import CATCHUP, PointFigures
+from bench.scale import growth
 from bench.scenario.figures import phase_name
 
 #: Parts of the lost time, in the order tables list them.
@@ -55,16 +62,29 @@ RESTORE = "restore"
 
 @dataclass(frozen=True)
 class Scaling:
-    """A phase's chosen growth model and the data it was fitted on (for resampling)."""
+    """A phase's chosen growth model and the data it was fitted on (for resampling).
+
+    A phase-scaling fit is against the world size; a control-plane curve (``ftbench
+    scale``) is against its coordinator's participants, which ``count`` gives for a job of
+    so many GPUs (hosts for torchrun, replica groups for torchft, ranks for the others),
+    fitted with relative errors (``relative``), as :mod:`bench.scale.curves` fits it."""
 
     choice: Choice
     w: np.ndarray
     y: np.ndarray
+    count: Callable[[float], float] | None = None
+    relative: bool = False
+    label: str = ""
+    """How the model is named beside the projection ("" for a phase-scaling fit)."""
+
+    def x(self, gpus: float) -> float:
+        """Where the model is read for a job of ``gpus`` GPUs."""
+        return float(self.count(gpus)) if self.count is not None else float(gpus)
 
     def coefs(self, rng: np.random.Generator | None, replicates: int) -> tuple[np.ndarray, np.ndarray]:
         """Intercepts and slopes of the chosen model: fitted on all the data (``rng`` None,
-        one row) or refitted on ``replicates`` resamples of the trials within each world
-        size. Closed-form simple regression, vectorised over replicates."""
+        one row) or refitted on ``replicates`` resamples of the points within each size.
+        Closed-form (weighted) simple regression, vectorised over replicates."""
         fit = self.choice.fit
         if fit.model == "constant":
             rows = 1 if rng is None else replicates
@@ -74,30 +94,35 @@ class Scaling:
         groups = [np.flatnonzero(self.w == s) for s in np.unique(self.w)]
         idx = np.concatenate([rng.choice(g, size=(replicates, len(g))) for g in groups], axis=1)
         x, y = transform(fit.model, self.w[idx]), self.y[idx]
-        mx, my = x.mean(axis=1, keepdims=True), y.mean(axis=1, keepdims=True)
-        # A resample whose slope falls is held flat, as the choice is (bench.project.fit).
-        slope = np.maximum(0.0, ((x - mx) * (y - my)).sum(axis=1) / ((x - mx) ** 2).sum(axis=1))
+        v = 1.0 / np.maximum(np.abs(y), growth.WEIGHT_FLOOR) ** 2 if self.relative else np.ones_like(y)
+        mx = (v * x).sum(axis=1, keepdims=True) / v.sum(axis=1, keepdims=True)
+        my = (v * y).sum(axis=1, keepdims=True) / v.sum(axis=1, keepdims=True)
+        # A resample whose slope falls is held flat, as the choice is (bench.scale.growth).
+        slope = np.maximum(0.0, (v * (x - mx) * (y - my)).sum(axis=1) / (v * (x - mx) ** 2).sum(axis=1))
         return (my[:, 0] - slope * mx[:, 0]), slope
 
     def shift(self, coefs: tuple[np.ndarray, np.ndarray], w0: float, n: float) -> np.ndarray:
         """f(n) - f(w0) per row of ``coefs``: seconds the phase gains from the measured
-        world size to n (each prediction floored at 0: a phase takes no negative time)."""
+        world size to n GPUs (each prediction floored at 0: a phase takes no negative time)."""
         a, b = coefs
         model = self.choice.fit.model
         if model == "constant":
             return np.zeros_like(a)
 
-        def at(w: float) -> np.ndarray:
-            v: np.ndarray = np.maximum(0.0, a + b * transform(model, np.array(float(w))))
+        def at(gpus: float) -> np.ndarray:
+            v: np.ndarray = np.maximum(0.0, a + b * transform(model, np.array(self.x(gpus))))
             return v
 
         out: np.ndarray = at(n) - at(w0)
         return out
 
+    def describe(self) -> str:
+        fit = f"{self.choice.fit.describe('N' if self.count else 'w')} ({self.choice.reason})"
+        return f"{self.label}: {fit}" if self.label else fit
+
 
 def transform(model: ModelName, w: np.ndarray) -> np.ndarray:
-    out: np.ndarray = np.log2(w) if model == "log" else w.astype(float)
-    return out
+    return growth.transform(model, w)
 
 
 @dataclass
@@ -170,17 +195,43 @@ def effective(
     return untaxed / tax, shares
 
 
+def taxes(tax: Band | None, rng: np.random.Generator, replicates: int) -> tuple[float, np.ndarray, str]:
+    """The fault-free tax a projection divides by: the measured step-time ratio and its
+    draws, each held at 1 or more, and why where the measurement said less.
+
+    A ratio below 1 would have a stack train more than all of the wall time (E above
+    100 %) and count noise as a gain: on two shared cores a resilience stack measured
+    0.881 [0.745, 1.060] of plain DDP's step time. An interval that holds 1 says no
+    difference was resolved; one entirely below 1 is a speed-up the stack's own work
+    cannot give, which is the machine's load. Either way the estimate is 1, and the band
+    keeps the measured upper end (its draws below 1 are held at 1)."""
+    if tax is None:
+        return 1.0, np.ones(replicates), ""
+    draws = np.maximum(1.0, tax.draws(rng, replicates))
+    if tax.value >= 1.0:
+        return tax.value, draws, ""
+    measured = f"fault-free tax measured {tax.value:.3f} [{tax.low:.3f}–{tax.high:.3f}] of plain DDP's step time"
+    if tax.high >= 1.0:
+        why = f"{measured}: the interval holds 1, so no gain is counted (tax taken as 1; the band keeps its upper end)"
+    else:
+        why = f"{measured}: below 1, which would train more than all the wall time; taken as 1 (the machine's load)"
+    return 1.0, draws, why
+
+
 def project(
     point: PointFigures,
     cluster: TargetCluster,
     scaling: dict[str, Scaling],
     *,
+    added: dict[str, Scaling] | None = None,
     inputs: Inputs | None = None,
     replicates: int = 1000,
     seed: int = 0,
 ) -> Projection:
     """E(N) with its band for every cluster size of ``cluster``; empty cells (and the
-    reason) for a point no trial of which recovered."""
+    reason) for a point no trial of which recovered. ``added``: growth added to a phase on
+    top of its own (control-plane work the run measured inside that phase)."""
+    added = added or {}
     proj = Projection(point=point)
     if point.reason:
         return proj
@@ -188,7 +239,9 @@ def project(
     tax, save, restore = (getattr(inputs, k).get(point.strategy) for k in ("tax", "save", "restore"))
     for ph in point.phases:
         s = scaling.get(ph)
-        proj.models[ph] = f"{s.choice.fit.describe()} ({s.choice.reason})" if s else UNMEASURED
+        proj.models[ph] = s.describe() if s else UNMEASURED
+        if ph in added:
+            proj.models[ph] += f"; plus {added[ph].describe()}"
     never = int(np.sum(np.isnan(point.degraded_s)))
     if point.shrinks and never:
         proj.notes.append(
@@ -204,8 +257,12 @@ def project(
     b_mean, b_deg = point.values[idx].mean(axis=1), degraded[idx].mean(axis=1)
     b_coefs = {ph: s.coefs(rng, replicates) for ph, s in scaling.items()}
     coefs = {ph: s.coefs(None, 1) for ph, s in scaling.items()}
+    b_added = {ph: s.coefs(rng, replicates) for ph, s in added.items()}
+    c_added = {ph: s.coefs(None, 1) for ph, s in added.items()}
     mean, deg = point.values.mean(axis=0, keepdims=True), np.array([degraded.mean()])
-    b_tax = tax.draws(rng, replicates) if tax else np.ones(replicates)
+    t_value, b_tax, why = taxes(tax, rng, replicates)
+    if why:
+        proj.notes.append(why)
     restore_at = point.phases.index(RESTORE) if RESTORE in point.phases else None
     for n in cluster.gpus:
         rate = cluster.rate(n)
@@ -216,15 +273,24 @@ def project(
         tau, how = cluster.interval(n, delta) if point.checkpoints else (None, "no checkpoints")
         b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
         shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
+        for ph, s in added.items():
+            b_shifts[ph] = b_shifts.get(ph, 0.0) + s.shift(b_added[ph], point.world, n)
+            shifts[ph] = shifts.get(ph, 0.0) + s.shift(c_added[ph], point.world, n)
         if restore is not None and nbytes is not None and restore_at is not None:
-            # The measured restore is replaced by the fit at the cluster's state size.
-            b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at]
-            shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]])
+            # The measured restore is replaced by the fit at the cluster's state size; a
+            # control-plane curve of it (the resume step agreed over the store) adds its
+            # growth with the participants on top: the state fit is per byte, not per rank.
+            ctl = scaling.get(RESTORE)
+            on_top = ctl is not None and ctl.count is not None
+            b_extra = b_shifts[RESTORE] if on_top else 0.0
+            extra = shifts[RESTORE] if on_top else 0.0
+            b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at] + b_extra
+            shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]]) + extra
         b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
         b_parts = lost_parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
         boot = effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
         parts = lost_parts(point, mean, deg, shifts, n, cluster, tau)
-        eff, shares = effective(parts, rate, tau, delta, tax.value if tax else 1.0)
+        eff, shares = effective(parts, rate, tau, delta, t_value)
         e = float(eff[0])
         low, high = (float(x) for x in np.percentile(boot, BAND)) if replicates else (e, e)
         proj.cells.append(

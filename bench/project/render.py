@@ -9,16 +9,18 @@ projected on a log grid so that the curve is a curve.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from bench.project import Result, build
 from bench.project.assumptions import lines
-from bench.project.model import PARTS, UNMEASURED, Projection, fmt_pct
+from bench.project.model import PARTS, UNMEASURED, Cell, Projection, fmt_pct
 from bench.report.tables import markdown
 
 DPI = 110
@@ -82,7 +84,7 @@ def models_lines(res: Result) -> list[str]:
         fitted = {ph: how for ph, how in p.models.items() if not how.startswith(UNMEASURED)}
         out += [f"{name} / {ph}: {how}" for ph, how in fitted.items()]
         if not fitted:
-            out.append(f"{name}: not in the scaling run, every phase constant")
+            out.append(f"{name}: no phase scaled (not in the scaling run, no control-plane curve): all constant")
     return out
 
 
@@ -110,17 +112,33 @@ def inputs_table(res: Result) -> pd.DataFrame:
             rest = f"measured: {restore.describe(nbytes)}"
         else:
             rest = "as measured in the run (its own state size)"
+        if tax is None:
+            taxed = "assumed: 1 (none measured)"
+        else:
+            taxed = f"measured: {tax.value:.3f} [{tax.low:.3f}–{tax.high:.3f}]"
+            taxed += " (used: 1, below 1 is no gain)" if tax.value < 1.0 else ""
         rows.append(
             {
                 "strategy": st,
-                "fault-free tax (step time / DDP's)": (
-                    f"measured: {tax.value:.3f} [{tax.low:.3f}–{tax.high:.3f}]" if tax else "assumed: 1 (none measured)"
-                ),
+                "fault-free tax (step time / DDP's)": taxed,
                 f"checkpoint write at {n:,} GPUs": write,
                 "restore": rest,
+                f"control plane at {n:,} GPUs": _control(res, st, n),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _control(res: Result, strategy: str, gpus: int) -> str:
+    """Which of a stack's phases came from a scale run's curve, and their value there."""
+    used = [u for u in res.control_used if u.strategy == strategy]
+    if used:
+        point = next(p.point for p in res.projections if p.point.strategy == strategy)
+        where = {u.phase: u.phase if u.phase in point.phases else u.fallback for u in used}
+        return "measured: " + "; ".join(u.describe(gpus, where[u.phase]) for u in used)
+    if res.control is None:
+        return "assumed: as the run and --scaling give it (no scale run)"
+    return "none measured for this stack (its phases as the run and --scaling give them)"
 
 
 def inputs_lines(res: Result) -> list[str]:
@@ -133,6 +151,9 @@ def inputs_lines(res: Result) -> list[str]:
         f"state fits: {inp.state_run}"
         if inp.state_run
         else "state fits: no state-scaling run (--state): checkpoint writes take checkpoint_write_s",
+        f"control plane: {res.control.path}"
+        if res.control is not None
+        else "control plane: no scale run (--scale): control-plane phases grow as the run and --scaling give them",
     ]
     sizes = [(n, c.state_bytes(n)) for n in c.gpus]
     if sizes[0][1] is not None:
@@ -165,7 +186,19 @@ def _pct(v: float) -> float:
 
 
 def _lost(v: float) -> float:
-    return 100.0 * (1.0 - v)
+    """Per cent of wall time lost; NaN where none is (a log axis cannot show 0)."""
+    lost = 100.0 * (1.0 - v)
+    return lost if lost > 0 else math.nan
+
+
+def _lost_scale(ax: Axes, cells: list[Cell]) -> None:
+    """A log axis for the time lost where some is; a linear one, said so, where a
+    projection loses nothing at all (matplotlib cannot log-scale no positive values)."""
+    if any(_lost(c.effective) > 0 or _lost(c.low) > 0 for c in cells):
+        ax.set_yscale("log", nonpositive="mask")
+        ax.set_ylabel("wall time lost (%, log)")
+    else:
+        ax.set_ylabel("wall time lost (%): none")
 
 
 def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
@@ -173,7 +206,12 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
     sizes = res.cluster.gpus
     grid = sorted({*sizes, *(round(float(x)) for x in np.geomspace(min(sizes), max(sizes), GRID))})
     dense = build(
-        res.run, replace(res.cluster, gpus=tuple(grid)), res.scaling, inputs=res.inputs, replicates=replicates
+        res.run,
+        replace(res.cluster, gpus=tuple(grid)),
+        res.scaling,
+        inputs=res.inputs,
+        control=res.control,
+        replicates=replicates,
     )
     faults = list(dict.fromkeys(p.point.fault for p in dense.projections))
     colours = {st: f"C{k % 10}" for k, st in enumerate(dict.fromkeys(p.point.strategy for p in dense.projections))}
@@ -194,8 +232,7 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
                 ax.plot([c.gpus for c in marks], [f(c.effective) for c in marks], "o", color=colour, ms=4)
         top.set_title(f"fault: {fault}")
         top.set_ylabel("effective training time (% of wall time)")
-        low.set_ylabel("wall time lost (%, log)")
-        low.set_yscale("log")
+        _lost_scale(low, [c for p in dense.projections if p.point.fault == fault for c in p.cells])
         low.set_xlabel("GPUs in the job")
         for ax in (top, low):
             ax.set_xscale("log")
@@ -206,7 +243,8 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
                 0.0, -0.22, "no projection: " + "; ".join(missing), transform=low.transAxes, fontsize=7, color="#a00"
             )
     fig.suptitle(
-        f"Projected from {res.run.tag}; band: 5-95 % bootstrap" + ("" if res.scaling else " (phases assumed constant)"),
+        f"Projected from {res.run.tag}; band: 5-95 % bootstrap"
+        + ("" if res.scaling or res.control else " (phases assumed constant)"),
         fontsize=9,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +274,7 @@ def text(res: Result) -> str:
         *(f"  {line}" for line in res.notes),
     ]
     models = models_lines(res)
-    if res.scaling is not None and models:
+    if (res.scaling is not None or res.control is not None) and models:
         parts += ["", "Phase growth models:", *(f"  {m}" for m in models)]
     return "\n".join(parts)
 
@@ -269,7 +307,7 @@ def write(res: Result, out: Path, png: Path) -> Path:
         "",
     ]
     models = models_lines(res)
-    if res.scaling is not None and models:
+    if (res.scaling is not None or res.control is not None) and models:
         doc += ["## Phase growth models", "", *(f"- {m}" for m in models), ""]
     doc.append("How this is computed: docs/project.md.")
     out.mkdir(parents=True, exist_ok=True)

@@ -86,6 +86,8 @@ class Check:
     predicted: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     error: tuple[float, float, float] = (math.nan, math.nan, math.nan)
     """Measured minus predicted: estimate, low, high (fractions)."""
+    notes_first: list[str] = field(default_factory=list)
+    """Said before the diagnosis: where a measured figure was held in its range."""
     model_shares: dict[str, float] = field(default_factory=dict)
     measured_shares: dict[str, float] = field(default_factory=dict)
     slowdown: float = math.nan
@@ -182,7 +184,13 @@ def _check_point(
     rng = np.random.default_rng(seed)
     b_meas, b_pred, _ = predict(rng.integers(0, len(cycles), size=(replicates, len(cycles))))
     ok = ~(np.isnan(b_meas) | np.isnan(b_pred))
-    res.measured = _band(float(meas[0]), b_meas[ok])
+    res.measured = _share(_band(float(meas[0]), b_meas[ok]))
+    if meas[0] > 1.0:
+        res.notes_first.append(
+            f"measured {100 * float(meas[0]):.1f} % before it was held at 100 %: the steps were valued at their "
+            "cycle's mean full-world step, and steps shorter than it (load drifting within the cycle) made the "
+            "useful work add up to more than the wall time"
+        )
     res.predicted = _band(float(pred[0]), b_pred[ok])
     res.error = _band(float(meas[0] - pred[0]), (b_meas - b_pred)[ok])
     res.rate_per_s = res.injected / res.wall_s
@@ -203,7 +211,7 @@ def _check_point(
             gpus_per_host=ranks_per_host,
             failures_per_host_day=res.rate_per_s * 86_400.0 * ranks_per_host / world,
         ).interval(world, res.delta_s)[0]
-    res.notes = _diagnose(res, agree)
+    res.notes = res.notes_first + _diagnose(res, agree)
 
 
 def _injections(
@@ -276,7 +284,9 @@ def _measured_shares(
         "checkpoint": sum(e.checkpoint_s for e in effs),
         SLOW: sum(e.slow_s for e in effs),
     }
-    return {k: v / wall for k, v in parts.items()}
+    # A share of wall time lies in [0, 1]: full-world steps faster than their cycle's mean
+    # make the "slower than the mean" part negative, which is none of the wall time.
+    return {k: v / wall if math.isnan(v / wall) else min(1.0, max(0.0, v / wall)) for k, v in parts.items()}
 
 
 def _diagnose(res: Check, agree: float) -> list[str]:
@@ -337,6 +347,12 @@ def _diagnose(res: Check, agree: float) -> list[str]:
             "slower or faster than the fault-free median)"
         )
     return notes
+
+
+def _share(band: tuple[float, float, float]) -> tuple[float, float, float]:
+    """A band of a share of wall time, held in [0, 1] (NaN stays NaN)."""
+    held = tuple(v if math.isnan(v) else min(1.0, max(0.0, v)) for v in band)
+    return (held[0], held[1], held[2])
 
 
 def _band(estimate: float, draws: np.ndarray) -> tuple[float, float, float]:

@@ -96,6 +96,17 @@ class Membership:
         low = min(s for s in steps if s >= 0)
         return low + 1, steps.index(low) if len(set(steps)) > 1 else -1
 
+    def exchange_handles(self, world: World, handle: str | bytes, timeout: datetime.timedelta) -> list[str]:
+        """Publish this rank's reconfigure handle for ``world`` and read every member's,
+        in the order that assigns the ranks (``dist._reconfigure`` takes them so): one set,
+        one wait for all, then one get per member (torch-reconfigure's exchange; its
+        cost at scale is measured by ``ftbench scale``)."""
+        g = world.gen
+        self.store.set(f"g{g}/handle/{self.me}", handle)
+        keys = [f"g{g}/handle/{m}" for m in world.members]
+        self.store.wait(keys, timeout)
+        return [self.store.get(k).decode() for k in keys]
+
     # --- growing back -------------------------------------------------------------
 
     def request_join(self) -> int:

@@ -74,7 +74,10 @@ def parse(source: Mapping[str, Any], *, file: str, overrides: Sequence[tuple[str
     check_sweep(sweep, file)
     scenario = _validate(raw, file)
     scenario = replace(scenario, sweep=tuple((k, tuple(v)) for k, v in sweep.items()), raw=raw, skip_refused=skip)
-    gaps = [(p.scenario.recovery.strategy, stack_gap(p.scenario)) for p in _expand(scenario, {})]
+    refused: dict[str, str] = {}
+    expanded = list(_expand(scenario, refused))
+    _remember(scenario, expanded, refused)
+    gaps = [(p.scenario.recovery.strategy, stack_gap(p.scenario)) for p in expanded]
     if not gaps:
         raise ConfigError(file, "sweep.refused", '"error": validation refuses every combination of the sweep', "skip")
     if all(why for _, why in gaps):
@@ -113,14 +116,31 @@ def _refused_policy(table: Mapping[str, Any], file: str) -> bool:
     return bool(value == "skip")
 
 
+_EXPANDED: list[tuple[Scenario, list[Point], dict[str, str]]] = []
+"""The last few scenarios :func:`parse` returned, with the points it validated: the
+commands that parse a scenario and then list its points (``validate``, ``show``, ``run``)
+would otherwise validate every point twice. Kept by identity (a scenario holds dicts, so
+it has no hash), a handful at most."""
+_EXPANDED_KEEP = 4
+
+
+def _remember(scenario: Scenario, pts: list[Point], refused: dict[str, str]) -> None:
+    _EXPANDED.append((scenario, pts, refused))
+    del _EXPANDED[:-_EXPANDED_KEEP]
+
+
 def points(scenario: Scenario) -> list[Point]:
     """Expand the sweep (a cartesian product, in file order) into validated points."""
-    return list(_expand(scenario, {}))
+    return expand(scenario)[0]
 
 
 def expand(scenario: Scenario) -> tuple[list[Point], dict[str, str]]:
     """The points, and label -> reason of each combination of the sweep left out
-    (``sweep.refused``), from one pass over the sweep."""
+    (``sweep.refused``), from one pass over the sweep (none at all for a scenario
+    :func:`parse` just returned: it validated them already)."""
+    for known, pts, refused in _EXPANDED:
+        if known is scenario:
+            return list(pts), dict(refused)
     out: dict[str, str] = {}
     return list(_expand(scenario, out)), out
 

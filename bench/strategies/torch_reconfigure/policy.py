@@ -114,12 +114,10 @@ class TorchReconfigure(ReformingPolicy):
                 store=dist.PrefixStore("pg", self.store),
                 enable_reconfigure=True,
             )
-        # torch >= 2.14's API; the type check runs against torch 2.13, which lacks it.
-        self.store.set(f"g{g}/handle/{spec.rank}", dist._get_reconfigure_handle())  # type: ignore[attr-defined]
-        keys = [f"g{g}/handle/{m}" for m in world.members]
         timeout = datetime.timedelta(seconds=self.params.reconfigure_timeout_s)
-        self.store.wait(keys, timeout)
-        handles = [self.store.get(k).decode() for k in keys]
+        # torch >= 2.14's API; the type check runs against torch 2.13, which lacks it.
+        handle = dist._get_reconfigure_handle()  # type: ignore[attr-defined]
+        handles = self.membership.exchange_handles(world, handle, timeout)
         self.events.emit("handles", gen=g, world_size=world.size)
         # uuid: fresh for every reconfigure of this group, the same for all its members.
         dist._reconfigure(g + 1, handles, timeout=timeout).wait()  # type: ignore[attr-defined]

@@ -1,0 +1,357 @@
+"""A scale sweep, point by point: for each coordinator and participant count, a fresh
+coordinator process, the participants spread over worker processes, every operation
+released to all of them at one instant, and what each participant, the coordinator and
+the kernel saw.
+
+Per operation it records the participants' latencies from the release (p50, p95 and the
+last one: when all had their result), the coordinator's CPU seconds and the bytes it
+sent and received on its port, the participants' own CPU seconds, and how late the
+release reached the workers. A coordinator's sweep stops at the first size it cannot
+do, and the reason is the limit named: descriptors, ephemeral ports, thread ids or
+memory (checked before the point), the time budget of an operation (a participant
+without its result by ``deadline_s``), or an error.
+
+Processes: everything is started from one forkserver of the run (``ProcessHost``), so
+each carries the run's marker and a parent-death signal; the run's guard sweeps them if
+the harness dies, and :meth:`Driver.close` ends them on every other path (Ctrl-C
+included).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.procs.launcher import ProcessHost
+from bench.scale import servers, system, worker
+from bench.scale.coordinators import Coordinator, Op
+from bench.scale.records import Record, Stop
+from bench.scale.spec import ScaleSpec
+
+RELEASE_AHEAD_S = 0.05
+"""How far ahead of "now" an operation is released: every worker has the message by then."""
+PER_WORKER = 2_048
+"""Participants per worker process before another is started (descriptors, and a GIL
+per process)."""
+START_S = 120.0
+"""How long a server or worker may take to start (on loaded cores)."""
+THREAD_MARGIN = 1_000
+MAX_THREADS = 20_000
+"""Participant threads a point may start: at 24,600 (torchft's clients, 8,192 replica
+groups) the load average passed 1,000, a participant process took over 3 minutes to
+answer, and everything else on the machine stalled with it."""
+"""Thread ids kept free for everything else on the machine."""
+PORT_MARGIN = 1_000
+"""Ephemeral ports kept free for everything else."""
+
+
+@dataclass
+class _Proc:
+    process: Any
+    conn: Connection
+    pid: int = 0
+
+
+@dataclass
+class Driver:
+    spec: ScaleSpec
+    out: Path
+    host: ProcessHost
+    progress: Callable[[str], None] = print
+    workers: list[_Proc] = field(default_factory=list)
+    dirty: bool = False
+
+    def __post_init__(self) -> None:
+        self.ctx = self.host.context("forkserver", preload=("bench.scale.preload",))
+        self.resolver = ""
+        self.resolver_note = "system resolver (resolver = system)"
+        if self.spec.resolver == "isolated":
+            conf = self.out / "resolv.conf"
+            conf.write_text(system.QUIET_RESOLVER)
+            self.resolver = str(conf)
+            self.resolver_note = f"isolated: a mount namespace whose resolv.conf is {system.QUIET_RESOLVER!r}"
+        (self.out / "logs").mkdir(exist_ok=True)
+
+    # --- processes -----------------------------------------------------------------
+
+    def _recv(self, proc: _Proc, timeout_s: float, what: str) -> Any:
+        if not proc.conn.poll(timeout_s):
+            raise TimeoutError(f"{what}: no answer within {timeout_s:g} s")
+        try:
+            return proc.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"{what}: the process exited (see {self.out / 'logs'})") from None
+
+    def _ensure_workers(self, k: int) -> None:
+        if self.dirty:
+            self._stop_workers()
+        while len(self.workers) < k:
+            parent, child = self.ctx.Pipe()
+            log = self.out / "logs" / f"worker-{len(self.workers)}.log"
+            p = self.ctx.Process(target=worker.main, args=(child, str(log), self.resolver), daemon=True)
+            p.start()
+            child.close()
+            proc = _Proc(p, parent)
+            msg = self._recv(proc, START_S, "a participant process")
+            proc.pid = int(msg[1])
+            if msg[2]:
+                self.resolver_note = f"not isolated: {msg[2]}"
+            self.workers.append(proc)
+
+    def _stop_workers(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(("close",))
+            except OSError:
+                pass
+        for w in self.workers:
+            w.process.join(5)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(5)
+        self.workers.clear()
+        self.dirty = False
+
+    def close(self) -> None:
+        """End every process the driver started (the forkserver is the host's)."""
+        self._stop_workers()
+
+    def _all(self, message: tuple[Any, ...] | list[tuple[Any, ...]], timeout_s: float, what: str) -> list[Any]:
+        messages = message if isinstance(message, list) else [message] * len(self.workers)
+        for w, m in zip(self.workers, messages, strict=True):
+            w.conn.send(m)
+        return [self._recv(w, timeout_s, what) for w in self.workers]
+
+    # --- limits ---------------------------------------------------------------------
+
+    def limit(self, c: Coordinator, n: int) -> tuple[str, str] | None:
+        """(limit, why) when this machine cannot hold ``n`` participants of ``c``."""
+        fds = system.fd_limit()
+        if n * c.connections + 64 > fds:
+            return "descriptors", f"the coordinator would hold {n * c.connections:,} connections; RLIMIT_NOFILE {fds:,}"
+        if math.ceil(n / self.workers_for(c, n)) * c.descriptors + 64 > fds:
+            return "descriptors", f"{c.descriptors} per participant over {self.spec.max_workers} processes"
+        ports = system.ephemeral_ports()
+        if n * c.connections > ports - PORT_MARGIN:
+            return "ephemeral ports", (
+                f"{n * c.connections:,} connections to one address and port; {ports:,} local ports "
+                "(net.ipv4.ip_local_port_range)"
+            )
+        pid_max, used = system.thread_ids()
+        if n * c.threads + used + THREAD_MARGIN > pid_max:
+            return "thread ids", (
+                f"{n * c.threads:,} threads ({c.threads} a participant) + {used:,} in use > kernel.pid_max {pid_max:,}"
+            )
+        if n * c.threads > MAX_THREADS:
+            return "threads", (
+                f"{n * c.threads:,} threads ({c.threads} a participant) > {MAX_THREADS:,}, the most this machine runs "
+                "and stays responsive"
+            )
+        need = n * (256e3 * c.threads + 64e3 * c.connections)
+        if need > 0.8 * system.memory_available():
+            return (
+                "memory",
+                f"about {need / 1e9:.1f} GB for {n:,} participants; {system.memory_available() / 1e9:.1f} GB free",
+            )
+        return None
+
+    def workers_for(self, c: Coordinator, n: int) -> int:
+        want = max(2, math.ceil(n / PER_WORKER), math.ceil(n * c.descriptors / (system.fd_limit() / 2)))
+        return max(1, min(n, want, self.spec.max_workers))
+
+    # --- a point ----------------------------------------------------------------------
+
+    def sweep(self, c: Coordinator) -> Iterator[Record | Stop]:
+        """Every size of the spec for ``c``: an operation that cannot be done at one size
+        (and those that need it) is not attempted at larger ones; the others go on."""
+        stopped: set[str] = set()
+
+        def live(ops: list[Op]) -> list[Op]:
+            return [o for o in ops if o.name not in stopped and not stopped.intersection(o.needs)]
+
+        for n in self.spec.sizes:
+            ops = live(list(c.ops))
+            if not ops:
+                return
+            limit = self.limit(c, n)
+            if limit is not None:
+                yield Stop(c.name, n, *limit)
+                return
+            for rep in range(self.spec.repeats_at(n)):
+                todo = live(ops)
+                while todo:
+                    records = self.point(c, n, rep, todo)
+                    yield from records
+                    bad = next((r for r in records if not r.ok), None)
+                    if bad is None:
+                        break
+                    late = bad.error.startswith(("no result within", "not connected within"))
+                    kind = "time budget" if late else "error"
+                    if bad.op not in {o.name for o in todo}:
+                        yield Stop(c.name, n, kind, bad.error)
+                        return
+                    yield Stop(c.name, n, kind, f"{bad.op}: {bad.error}", op=bad.op)
+                    stopped.add(bad.op)
+                    ran = {r.op for r in records}
+                    todo = [o for o in live(todo) if o.name not in ran]
+
+    def point(self, c: Coordinator, n: int, rep: int, ops: list[Op]) -> list[Record]:
+        k = self.workers_for(c, n)
+        self._ensure_workers(k)
+        active = self.workers[:k]
+        parent, child = self.ctx.Pipe()
+        log = self.out / "logs" / f"{c.name}-{n}-{rep}.server.log"
+        knobs = self.spec.knobs()
+        server = self.ctx.Process(
+            target=servers.main, args=(child, c.server, n, knobs, str(log), self.resolver), daemon=True
+        )
+        server.start()
+        child.close()
+        proc = _Proc(server, parent)
+        records: list[Record] = []
+        try:
+            msg = self._recv(proc, START_S, "the coordinator")
+            if msg[0] != "ready":
+                return [Record(c.name, ops[0].name, n, rep, n, error=f"coordinator: {msg[1]}")]
+            _, address, port, pid = msg
+            records = self._ops(c, ops, n, rep, active, address, int(port), int(pid), knobs)
+        finally:
+            try:
+                parent.send(("stop",))
+            except OSError:
+                pass
+            server.join(10)
+            if server.is_alive():
+                server.kill()
+                server.join(5)
+        return records
+
+    def _ops(
+        self,
+        c: Coordinator,
+        ops: list[Op],
+        n: int,
+        rep: int,
+        active: list[_Proc],
+        address: str,
+        port: int,
+        pid: int,
+        knobs: dict[str, Any],
+    ) -> list[Record]:
+        from bench.scale.participants import Context
+
+        d = self.spec.deadline_s
+        ctx = Context(coordinator=c.name, n=n, address=address, port=port, rep=rep, deadline_s=d, knobs=knobs)
+        chunks = [list(part) for part in np.array_split(np.arange(n), len(active))]
+        saved, self.workers = self.workers, active
+        records: list[Record] = []
+        try:
+            setup_errors: dict[int, str] = {}
+            started = time.monotonic()
+            setups = [("setup", ctx, c.participant, [int(i) for i in ch]) for ch in chunks]
+            retries = 0
+            for reply in self._all(setups, 3 * d + 30, "setup"):
+                setup_errors.update(reply[1])
+                retries += reply[3]
+            setup_s = time.monotonic() - started
+            current = ops[0].name
+            if setup_errors:
+                i, why = next(iter(setup_errors.items()))
+                return [
+                    Record(
+                        c.name,
+                        ops[0].name,
+                        n,
+                        rep,
+                        n,
+                        error=f"not connected within {d:g} s"
+                        if "within" in why
+                        else f"setup of participant {i}: {why}",
+                    )
+                ]
+            victim = n - 1
+            killed = False
+            current = ops[0].name
+            for op in ops:
+                current = op.name
+                if op.victim and not killed and not c.victim_runs:
+                    self.workers[-1].conn.send(("kill", [victim]))
+                    self._recv(self.workers[-1], d + 30, "kill")
+                    killed = True
+                ids = [[int(i) for i in ch if not (killed and i == victim)] for ch in chunks]
+                rec = self._op(c.name, op.name, n, rep, ids, pid, port, exclude=victim if op.victim else None)
+                rec.setup_s, rec.setup_retries, rec.workers = setup_s, retries, len(active)
+                records.append(rec)
+                self.progress(_line(rec))
+                if not rec.ok:
+                    self.dirty = True
+                    break
+            self._all(("reset",), d + 30, "reset")
+        except (TimeoutError, RuntimeError) as err:
+            # A process that did not answer in time (a machine overwhelmed) or exited:
+            # the operation under way cannot be done here, at this size.
+            self.dirty = True
+            late = isinstance(err, TimeoutError)
+            why = f"no result within {d:g} s ({err})" if late else str(err)
+            records.append(Record(c.name, current if records or late else ops[0].name, n, rep, n, error=why))
+        finally:
+            self.workers = saved
+        return records
+
+    def _op(
+        self,
+        coordinator: str,
+        op: str,
+        n: int,
+        rep: int,
+        ids: list[list[int]],
+        pid: int,
+        port: int,
+        exclude: int | None,
+    ) -> Record:
+        d = self.spec.deadline_s
+        expected = sum(len(x) for x in ids) - (1 if exclude is not None and any(exclude in x for x in ids) else 0)
+        rec = Record(coordinator, op, n, rep, expected)
+        self._all([("arm", op, x) for x in ids], d + 30, "arm")
+        cpu0, wire0 = system.cpu_s(pid), system.wire(port)
+        release = time.monotonic_ns() + int(RELEASE_AHEAD_S * 1e9)
+        replies = self._all(("go", release, d), d + 60, op)
+        cpu1, wire1 = system.cpu_s(pid), system.wire(port)
+        lat, errors = [], []
+        for _, results, _, _ in replies:
+            for i, done_ns, err in results:
+                if i == exclude:
+                    continue
+                if done_ns is None:
+                    errors.append(err)
+                else:
+                    lat.append((done_ns - release) / 1e9)
+        rec.done = len(lat)
+        rec.error = errors[0] if errors else ""
+        if lat:
+            rec.p50_s, rec.p95_s = (float(x) for x in np.percentile(lat, [50, 95]))
+            rec.all_s = max(lat) if rec.done == expected else math.nan
+        rec.client_cpu_s = sum(r[2] for r in replies)
+        rec.late_s = max(r[3] for r in replies) / 1e9
+        if cpu0 is not None and cpu1 is not None:
+            rec.server_cpu_s = cpu1 - cpu0
+        if wire0 is not None and wire1 is not None:
+            rec.sent_bytes, rec.received_bytes = wire1.sent - wire0.sent, wire1.received - wire0.received
+            rec.connections = wire1.connections
+        return rec
+
+
+def _line(r: Record) -> str:
+    if not r.ok:
+        return f"  {r.coordinator} N={r.n:,} rep {r.rep}: {r.op}: {r.done}/{r.expected} done: {r.error}"
+    return (
+        f"  {r.coordinator} N={r.n:,} rep {r.rep}: {r.op}: p50 {r.p50_s:.3g} s, p95 {r.p95_s:.3g} s, "
+        f"all {r.all_s:.3g} s; coordinator {r.server_cpu_s:.2f} CPU-s, {r.sent_bytes / 1e6:.3g} MB out"
+    )

@@ -1,0 +1,55 @@
+"""What a scale sweep records: one row per operation per point (:class:`Record`, the
+columns of ``points.csv``) and why a coordinator's sweep ended (:class:`Stop`).
+
+A figure that does not exist (the last participant of an operation not every
+participant finished) is NaN here and an empty cell on disk, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Record:
+    """One operation at one point, one repetition."""
+
+    coordinator: str
+    op: str
+    n: int
+    rep: int
+    expected: int
+    done: int = 0
+    p50_s: float = math.nan
+    p95_s: float = math.nan
+    all_s: float = math.nan
+    """When the last participant had its result (empty unless every one did)."""
+    server_cpu_s: float = math.nan
+    client_cpu_s: float = math.nan
+    sent_bytes: float = math.nan
+    received_bytes: float = math.nan
+    connections: float = math.nan
+    setup_s: float = math.nan
+    setup_retries: int = 0
+    """Participants whose connection failed and was tried again (setup is not timed)."""
+    late_s: float = math.nan
+    workers: int = 0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.done == self.expected and not self.error
+
+
+@dataclass
+class Stop:
+    """Why a coordinator's sweep ended before its largest size."""
+
+    coordinator: str
+    n: int
+    limit: str
+    """descriptors, ephemeral ports, thread ids, memory, time budget, error, skipped."""
+    reason: str
+    op: str = ""
+    """The operation stopped (the others go on); "" for the whole coordinator."""

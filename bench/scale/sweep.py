@@ -1,0 +1,115 @@
+"""``ftbench scale``, end to end: a run directory, the run's processes (marker, guard,
+forkserver), every coordinator of the spec swept until its limit, and the page.
+
+Ctrl-C and SIGTERM end the current point: every process the sweep started is ended
+(the driver's own, then the run's marker swept), the points measured so far stay in
+``points.csv``, and ``scale.json`` says the run was interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.procs import machine
+from bench.procs.launcher import ProcessHost
+from bench.results.writer import RunDir
+from bench.scale import rundir, system
+from bench.scale.coordinators import COORDINATORS
+from bench.scale.driver import Driver
+from bench.scale.records import Record, Stop
+from bench.scale.spec import ScaleSpec
+
+
+def _load() -> dict[str, Any]:
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)], "cpus": os.cpu_count()}
+
+
+def skipped(name: str) -> str:
+    """Why a coordinator cannot run here ("" when it can)."""
+    module = COORDINATORS[name].module
+    if not module:
+        return ""
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        return f"{module} does not import: {err}"
+    return ""
+
+
+def run(spec: ScaleSpec, out: Path, progress: Callable[[str], None] = print) -> Path:
+    """Measure ``spec``; returns the run directory."""
+    path = RunDir.create(out, rundir.SCENARIO, machine.commit()).path
+    pid_max, threads = system.thread_ids()
+    info: dict[str, Any] = {
+        "created": datetime.now(UTC).isoformat(),
+        "commit": machine.commit(),
+        "versions": machine.versions(),
+        "machine": machine.host(),
+        "clock": {
+            **machine.clock(),
+            "cpu_time": "utime + stime of /proc/PID/stat",
+            "cpu_resolution_s": system.CPU_RESOLUTION_S,
+        },
+        "spec": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()},
+        "limits": {
+            "descriptors": system.fd_limit(),
+            "ephemeral_ports": system.ephemeral_ports(),
+            "pid_max": pid_max,
+            "threads_in_use_at_start": threads,
+            "memory_available_bytes": system.memory_available(),
+        },
+        "load_before": _load(),
+        "stops": [],
+        "skipped": {},
+        "finished": False,
+    }
+    rundir.write_info(path, info)
+    started = time.monotonic()
+    progress(f"ftbench scale: {', '.join(spec.coordinators)} at {', '.join(f'{n:,}' for n in spec.sizes)} participants")
+    progress(f"results: {path}")
+    host = ProcessHost()
+    info["run_id"] = host.run_id  # the marker its processes carry (FTBENCH_RUN), for ftbench cleanup
+    rundir.write_info(path, info)
+    driver: Driver | None = None
+    try:
+        driver = Driver(spec, path, host, progress=progress)
+        info["resolver"] = driver.resolver_note
+        for name in spec.coordinators:
+            why = skipped(name)
+            if why:
+                info["skipped"][name] = why
+                progress(f"{name}: skipped: {why}")
+                continue
+            progress(f"{name}:")
+            t0 = time.monotonic()
+            for item in driver.sweep(COORDINATORS[name]):
+                if isinstance(item, Record):
+                    rundir.append(path, item)
+                elif isinstance(item, Stop):
+                    info["stops"].append(asdict(item))
+                    what = f"{item.op} " if item.op else ""
+                    progress(f"  {name}: {what}stopped at N={item.n:,}: {item.limit}: {item.reason}")
+                    rundir.write_info(path, info)
+            info.setdefault("seconds", {})[name] = round(time.monotonic() - t0, 1)
+            info["resolver"] = driver.resolver_note
+            rundir.write_info(path, info)
+        info["finished"] = True
+    except KeyboardInterrupt:
+        info["interrupted"] = True
+        raise
+    finally:
+        if driver is not None:
+            driver.close()
+        host.close()
+        info["duration_s"] = round(time.monotonic() - started, 1)
+        info["load_after"] = _load()
+        rundir.write_info(path, info)
+    return path

@@ -1,0 +1,164 @@
+"""What the operating system says about a scale point: CPU time, bytes on the wire, the
+limits that bound N on one machine, and a resolver that does not stall clients.
+
+- **CPU time** of a process and all its threads: ``utime + stime`` of ``/proc/PID/stat``,
+  in clock ticks (10 ms at the usual 100 Hz): :data:`CPU_RESOLUTION_S`.
+- **Bytes served**: the kernel's own counters of each TCP connection on the
+  coordinator's port (``bytes_sent`` less ``bytes_retrans``, ``bytes_received``), read with ``ss``
+  (netlink ``tcp_info``), so what a coordinator wrote to its clients is counted whatever
+  system calls it wrote with (``/proc/PID/io`` misses ``send``/``recv``). A connection
+  closed before the reading is not counted: readings are taken while every participant
+  is connected.
+- **Limits**: descriptors (``RLIMIT_NOFILE``), ephemeral ports (every client connection
+  to one address and port takes one), thread ids (``kernel.pid_max``: every thread of
+  every process takes one, and each participant is a thread), memory.
+- **The resolver**: torch's ``TCPStore`` client looks its server's address up in
+  reverse (``getnameinfo``) before it connects, and a server listening on every interface
+  looks up each client it accepts, in its one event-loop thread. glibc does not answer a
+  v4-mapped loopback address (``::ffff:127.0.0.1``) from ``/etc/hosts`` and asks the
+  DNS server; the DNS server of this project's machines drops queries that come in a
+  burst, and glibc waits its 5 s timeout before it tries again (docs/scale.md). To
+  measure the coordinators and not that, the benchmark's processes may run in a mount
+  namespace of their own whose ``resolv.conf`` names a loopback address where no DNS
+  server listens: a lookup fails at once, as it does where ``/etc/hosts`` has the
+  name, and the clients log that the name is unknown.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import resource
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from injectors.procfs import stat_fields
+
+CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+CPU_RESOLUTION_S = CLOCK_TICK_S
+"""Resolution of the CPU times recorded (one clock tick)."""
+
+_BYTES = re.compile(rb"\b(bytes_sent|bytes_retrans|bytes_received):(\d+)")
+
+
+def cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` and all its threads; None once it is gone."""
+    fields = stat_fields(pid)
+    if len(fields) < 13:
+        return None
+    return (int(fields[11]) + int(fields[12])) * CLOCK_TICK_S
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """The established TCP connections on a server's port, as the kernel counts them."""
+
+    connections: int
+    sent: int
+    """Bytes the server sent, retransmissions not counted twice (acknowledgements lag
+    by a delayed ACK, so ``bytes_acked`` would miss the last replies)."""
+    received: int
+
+
+def wire(port: int) -> Wire | None:
+    """Connections and bytes on local port ``port`` (None where ``ss`` is missing)."""
+    ss = shutil.which("ss")
+    if ss is None:
+        return None
+    out = subprocess.run(
+        [ss, "-tinH", "state", "established", f"( sport = :{port} )"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    ).stdout
+    totals = {b"bytes_sent": 0, b"bytes_retrans": 0, b"bytes_received": 0}
+    conns = 0
+    for line in out.splitlines():
+        if not line[:1].isspace():
+            conns += 1
+            continue
+        for m in _BYTES.finditer(line):
+            totals[m.group(1)] += int(m.group(2))
+    sent = totals[b"bytes_sent"] - totals[b"bytes_retrans"]
+    return Wire(connections=conns, sent=sent, received=totals[b"bytes_received"])
+
+
+# --- limits --------------------------------------------------------------------------
+
+
+def fd_limit() -> int:
+    """Descriptors a process may hold (the soft RLIMIT_NOFILE, raised to the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return int(hard if hard != resource.RLIM_INFINITY else soft)
+
+
+def raise_fd_limit() -> None:
+    """Take the hard limit of descriptors as this process's soft one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def ephemeral_ports() -> int:
+    """How many local ports a client connection can take (ip_local_port_range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(high) - int(low) + 1
+    except (OSError, ValueError):
+        return 28_232  # Linux's default range, 32768-60999
+
+
+def thread_ids() -> tuple[int, int]:
+    """(kernel.pid_max, thread ids in use now): every thread of every process takes one."""
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 32_768
+    used = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                used += len(os.listdir(entry / "task"))
+            except OSError:
+                continue
+    return pid_max, used
+
+
+def memory_available() -> float:
+    """Bytes of memory available now (MemAvailable)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+# --- the resolver --------------------------------------------------------------------
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND = 4096
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+RESOLV_CONF = "/etc/resolv.conf"
+QUIET_RESOLVER = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+"""A resolver configuration whose server is a loopback address (with nothing listening
+there, a query is refused at once)."""
+
+
+def isolate_resolver(conf: Path) -> str:
+    """Put this process (single-threaded, root) in a mount namespace of its own whose
+    ``/etc/resolv.conf`` is ``conf``; every child inherits it. Returns "" on success,
+    else why it could not (and nothing changed)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return f"mount --make-rprivate /: {os.strerror(ctypes.get_errno())}"
+    if libc.mount(str(conf).encode(), RESOLV_CONF.encode(), None, _MS_BIND, None) != 0:
+        return f"mount --bind {conf} {RESOLV_CONF}: {os.strerror(ctypes.get_errno())}"
+    return ""
