@@ -142,3 +142,14 @@ def test_run_job_errors_are_one_line() -> None:
     assert result.exit_code == 2 and "--world-size" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(cli, ["run", "--job"])
     assert result.exit_code == 2 and "COMMAND" in result.output
+
+
+def test_a_job_whose_interpreter_lacks_a_module_it_imports_is_skipped_with_the_reason() -> None:
+    from bench.strategies.command.job import CommandJob
+
+    raw = scenario([sys.executable, "train.py"], JobOptions(world_size=2))
+    raw["workload"]["requires"] = ["json", "no_such_module_of_ftbench"]
+    why = CommandJob.unavailable(parse(raw, file=FILE))
+    assert why is not None and "no_such_module_of_ftbench" in why and "json" not in why.split("imports")[1]
+    raw["workload"]["requires"] = ["json"]
+    assert CommandJob.unavailable(parse(raw, file=FILE)) is None

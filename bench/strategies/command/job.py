@@ -29,6 +29,8 @@ from bench.procs.events import Event, EventWriter
 from bench.procs.hygiene import alive, marked_pids, set_pdeathsig
 from bench.procs.launcher import LocalLauncher
 from bench.procs.store import free_port
+from bench.scenario.model import Scenario
+from bench.strategies.command.interpreter import interpreter_versions, missing
 from bench.strategies.command.output import LINES_SUFFIX, OutputCapture, read_lines
 from bench.strategies.command.progress import parse
 from bench.strategies.command.translate import translate
@@ -279,12 +281,21 @@ class CommandJob(Job):
 
     def versions(self) -> dict[str, Any]:
         """What the job's own interpreter has: torch, torchft, NVRx."""
-        return interpreter_versions(self.ctx.scenario.workload.params, self._base())
+        return interpreter_versions(self.ctx.scenario.workload.params, base_of(self.ctx.scenario))
+
+    @classmethod
+    def unavailable(cls, scenario: Scenario) -> str | None:
+        return missing(scenario.workload.params, base_of(scenario))
 
     def _base(self) -> str:
-        """The folder the commands' ``cwd`` is relative to: the scenario file's."""
-        source = self.ctx.scenario.source
-        return os.path.dirname(os.path.abspath(source)) if os.path.isfile(source) else os.getcwd()
+        return base_of(self.ctx.scenario)
+
+
+def base_of(scenario: Scenario) -> str:
+    """The folder a command's ``cwd`` is relative to: the scenario file's (the current
+    directory for ``ftbench run --job``)."""
+    source = scenario.source
+    return os.path.dirname(os.path.abspath(source)) if os.path.isfile(source) else os.getcwd()
 
 
 def _rank_of(extra: dict[str, str]) -> dict[str, int]:
@@ -316,66 +327,3 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
     except OSError:
         return ""
-
-
-_VERSIONS: dict[str, dict[str, Any]] = {}
-
-_ASK = (
-    "import importlib.metadata as m, json, sys\n"
-    "def v(*names):\n"
-    "    for n in names:\n"
-    "        try:\n"
-    "            return m.version(n)\n"
-    "        except m.PackageNotFoundError:\n"
-    "            pass\n"
-    "    return ''\n"
-    "print(json.dumps({'python': sys.version.split()[0], 'torch': v('torch'),"
-    " 'torchft': v('torchft', 'torchft-nightly'), 'nvrx': v('nvidia-resiliency-ext')}))\n"
-)
-
-
-def interpreter_versions(params: CommandParams, base: str) -> dict[str, Any]:
-    """The versions the job's interpreter has (asked once per interpreter)."""
-    import json
-
-    python = job_interpreter(params, base)
-    if python is None:
-        return {}
-    if python not in _VERSIONS:
-        try:
-            out = subprocess.run([python, "-c", _ASK], capture_output=True, text=True, timeout=60, check=True).stdout
-            found = json.loads(out.strip().splitlines()[-1])
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            found = {}
-        _VERSIONS[python] = {k: v for k, v in found.items() if v}
-    return dict(_VERSIONS[python])
-
-
-def job_interpreter(params: CommandParams, base: str) -> str | None:
-    """The Python a command job runs in: that of its first command whose program is a
-    Python, or a script whose ``#!`` line names one (``base``: the folder commands'
-    ``cwd`` is relative to)."""
-    for c in params.commands:
-        exe = program(fixed(c.argv[0]), os.path.join(base, c.cwd), c.env)
-        python = _python_of(exe, c.env) if exe else None
-        if python is not None:
-            return python
-    return None
-
-
-def _python_of(exe: str, env: dict[str, str]) -> str | None:
-    if Path(exe).name.startswith("python"):
-        return exe
-    try:
-        with open(exe, "rb") as fh:
-            head = fh.readline(512)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].decode(errors="replace").split()
-    if words and Path(words[0]).name.startswith("python"):
-        return words[0]
-    if len(words) > 1 and Path(words[0]).name == "env" and words[1].startswith("python"):
-        return program(words[1], os.getcwd(), env)
-    return None

@@ -92,6 +92,10 @@ class CommandParams:
     optionally ``loss``). Progress lines give the job's own step numbers (a restarted
     job's resumed step, and so ``steps_lost``) and its loss (``loss_delta``); steps
     themselves come from the optimizer."""
+    requires: tuple[str, ...] = bounded((), max_items=64)
+    """Modules the job imports that its interpreter may lack (``lightning``,
+    ``transformers``): a point whose interpreter cannot import one is skipped with the
+    reason, rather than run to fail."""
     output_limit_mb: float = bounded(16.0, gt=0, le=4096)
     """Output kept per command, stream and trial; past it lines are counted, not kept
     (the job is never slowed down by what it prints)."""
