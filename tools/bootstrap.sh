@@ -2,7 +2,8 @@
 # Set up ./.venv for ftbench on a fresh machine; idempotent and quick when nothing changed.
 #
 #   tools/bootstrap.sh          runtime (ftbench, torch, torchft)
-#   tools/bootstrap.sh --test   also pytest, ruff, mypy & co, and (as root) the system tools the tests use
+#   tools/bootstrap.sh --test   also pytest, ruff, mypy & co, Ray (its strategy is type-checked and
+#                               tested), and (as root) the system tools the tests use
 #   tools/bootstrap.sh --test-all  also Slurm (slurm-wlm), for the slow tests of the batch script
 #
 # torch: one the base Python already has is kept (the venv sees it); otherwise the CUDA
@@ -50,7 +51,7 @@ fi
 
 extras=torchft,nvrx
 [ "$MODE" = "--test-all" ] && MODE=--test && SLURM=1
-[ "$MODE" = "--test" ] && extras=torchft,nvrx,test,lint
+[ "$MODE" = "--test" ] && extras=torchft,nvrx,ray,test,lint
 stamp="$VENV/.ftbench-$extras-$(cat pyproject.toml tools/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ ! -e "$stamp" ]; then
   install -e ".[$extras]"
