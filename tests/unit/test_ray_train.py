@@ -134,10 +134,17 @@ def test_without_ray_its_points_are_skipped_with_the_reason(tmp_path: Path, monk
     assert why is not None and "ftbench[ray]" in why
 
 
-def test_a_node_keeps_the_entries_of_the_machine_s_tmp_that_the_trial_lives_in() -> None:
-    from bench.strategies.ray_train.cluster import kept
+def test_a_node_keeps_the_entries_of_the_machine_s_tmp_that_the_trial_lives_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.strategies.ray_train.cluster import interpreter_paths, kept
+
+    monkeypatch.chdir("/")  # "relative" is then /relative, outside /tmp wherever the checkout is
 
     paths = ["/tmp/pytest-of-root/p1/results/x", "/tmp/venv/bin/python", "/work/results/y", "/tmp", "relative"]
     assert kept(paths) == ["pytest-of-root", "venv"]
     head = Node(0, "ftb-x-h0", "198.18.0.1", 2)
-    assert head.command(head.address, ["pytest-of-root"])[3:6] == ["ftb-x-h0", "--keep=pytest-of-root", "--"]
+    argv = head.command(head.address, ["pytest-of-root"])
+    end = argv.index("--")
+    assert argv[3] == "ftb-x-h0"
+    # The interpreter's own places (a checkout or venv under /tmp) are kept without being asked for.
+    wanted = {"pytest-of-root", *kept(interpreter_paths())}
+    assert argv[4:end] == [f"--keep={name}" for name in sorted(wanted)]

@@ -94,8 +94,9 @@ class Node:
 
     def command(self, head_address: str, keep: Iterable[str] = ()) -> list[str]:
         """The node's process: this module's entry, then ``ray start`` in its place;
-        ``keep``: entries of the machine's /tmp its processes must see (:func:`kept`)."""
-        keeps = [f"--keep={name}" for name in keep]
+        ``keep``: entries of the machine's /tmp its processes must see (:func:`kept`), beside
+        those the interpreter itself lives in (a checkout or a venv under /tmp)."""
+        keeps = [f"--keep={name}" for name in sorted({*keep, *kept(interpreter_paths())})]
         return [sys.executable, "-m", __name__, self.namespace, *keeps, "--", *self.ray_start(head_address)]
 
 
@@ -128,6 +129,13 @@ def _check(ret: int, what: str) -> None:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def interpreter_paths() -> list[str]:
+    """Where this interpreter and the code it runs live: its executable, its prefix, the
+    working directory and PYTHONPATH. Ray's processes on a node run the same interpreter."""
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [os.getcwd(), sys.executable, sys.prefix, *extra]
 
 
 def kept(paths: Iterable[str]) -> list[str]:

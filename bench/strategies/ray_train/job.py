@@ -64,10 +64,7 @@ class RayTrainJob(Job):
         self._sampled = 0.0
         env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=topo.ifname, **self.params.node_env())
         # What Ray's processes must see of the machine's /tmp (each node's /tmp is its own).
-        self.keep = kept(
-            [str(ctx.trial_dir), str(ctx.events_dir), str(ctx.checkpoint_dir), os.getcwd(), sys.executable, sys.prefix]
-            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        )
+        self.keep = kept([str(ctx.trial_dir), str(ctx.events_dir), str(ctx.checkpoint_dir)])
         head = self.nodes[0]
         self._start_node(head, env)
         self._await_port(head.address, GCS_PORT, "the head's GCS")
