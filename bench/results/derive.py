@@ -10,7 +10,8 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
 - ``ttd_all_s``: the last surviving rank's first ``detect`` minus ``inject``; empty if
   some surviving rank never detected.
 - ``inject_phase``: time since the victims' last ``step_end`` before the injection over
-  the fault-free median step time: where in the step the fault landed (a kill inside a
+  their step period (the median interval between a victim's consecutive step ends):
+  where in the step the fault landed, in [0, 1) for a running step (a kill inside a
   collective is seen at once, one between collectives only at the next).
 - ``ttr_s``: end of the first good step minus the first detect. A good step comes from
   the world formed after the fault (``gen`` at or past the first ``reconfigured``) and

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +111,19 @@ class FaultWindow:
         return crashes
 
     def _inject_phase(self) -> float:
-        """Time since the victims' last step end, in fault-free steps (NaN without one)."""
-        ends = [e["t"] for e in self.pre_steps if int(e.get("rank", -1)) in self.victims]
-        if not ends or not self.trial.ff_step_s > 0:
+        """Time since the victims' last step end over their step period (the median
+        interval between one victim's consecutive step ends before the fault, the same
+        period the scheduler draws the moment in): in [0, 1) for a fault in a running
+        step, NaN without two steps to measure it by."""
+        ends: dict[int, list[int]] = {}
+        for e in self.pre_steps:
+            if int(e.get("rank", -1)) in self.victims:
+                ends.setdefault(int(e["rank"]), []).append(int(e["t"]))
+        periods = [b - a for ts in ends.values() for a, b in list(itertools.pairwise(sorted(ts)))[-64:] if b > a]
+        if not periods:
             return NAN
-        return seconds(self.t0 - max(ends)) / self.trial.ff_step_s
+        last = max(max(ts) for ts in ends.values())
+        return (self.t0 - last) / statistics.median(periods)
 
     def _interposer(self) -> str:
         """What the ranks had in their collective path when the fault hit."""

@@ -48,6 +48,11 @@ class TrialState:
     first_step_t: int | None = None
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
     """Recent step times (s) of every rank: what one step takes now."""
+    periods: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    """Recent intervals (s) between a rank's consecutive step ends: the step's period,
+    which is its step time plus whatever the loop does between steps."""
+    last_end: dict[int, int] = field(default_factory=dict)
+    """Rank -> ``t`` of its latest step end."""
 
     def feed(self, e: Event) -> None:
         kind, src = e["event"], e.get("src")
@@ -64,12 +69,20 @@ class TrialState:
         elif kind == "step_end":
             self.max_step = max(self.max_step, int(e["step"]))
             self.step_times.append(float(e.get("step_s", 0.0)))
+            rank, t = int(e.get("rank", -1)), int(e["t"])
+            if rank in self.last_end and t > self.last_end[rank]:
+                self.periods.append((t - self.last_end[rank]) / 1e9)
+            self.last_end[rank] = t
             if self.first_step_t is None:
                 self.first_step_t = e["t"]
 
     def step_s(self) -> float:
         """The median of the recent step times (0 before the first step)."""
         return statistics.median(self.step_times) if self.step_times else 0.0
+
+    def period_s(self) -> float:
+        """The median of the recent step periods (the step time before two steps ended)."""
+        return statistics.median(self.periods) if self.periods else self.step_s()
 
     def live_ranks(self) -> list[int]:
         return sorted(r for r, pid in self.pids.items() if pid not in self.exited)
@@ -128,6 +141,11 @@ class ScheduledFault:
     def limit(self) -> int:
         return self._limit
 
+    @property
+    def fire_at(self) -> int | None:
+        """When a firing whose trigger was met is due (monotonic ns), if one is."""
+        return self._fire_at
+
     def poll(self, state: TrialState, now: int, harness: EventWriter) -> None:
         for firing in self.firings:
             if firing.undo_at is not None and now >= firing.undo_at:
@@ -135,11 +153,7 @@ class ScheduledFault:
         if self.fired >= self.limit:
             return
         if self._fire_at is None and self._due(state, now):
-            # jitter = "step": a uniform moment of the next step, so that injections land
-            # anywhere in it (inside a collective or between them), as real faults do.
-            jitter = self.rng.uniform(0.0, state.step_s()) if self.spec.trigger.jitter == "step" else 0.0
-            self._fire_at = now + int(jitter * 1e9)
-            self._jitter_s = jitter
+            self._fire_at, self._jitter_s = self._moment(state, now)
         if self._fire_at is not None and now >= self._fire_at:
             self._fire_at = None
             self._fire(state, harness)
@@ -152,6 +166,26 @@ class ScheduledFault:
         for firing in self.firings:
             if firing.undo_at is not None:
                 self._undo(firing, harness)
+
+    def _moment(self, state: TrialState, now: int) -> tuple[int, float]:
+        """(when to fire, the drawn part of a step) once the trigger is met.
+
+        ``jitter = "step"``: a uniformly drawn point of a step, so that injections land
+        anywhere in it (inside a collective or between them), as real faults do. The
+        point is laid from a step boundary, the ranks' latest step end carried forward by
+        whole periods to the first boundary not before ``now``, not from ``now``: the
+        harness sees a step end some time after it happened (its event read from a file,
+        a poll tick), and a draw from ``now`` would put every injection that much past
+        the boundary, so that the phase was never uniform."""
+        if self.spec.trigger.jitter != "step":
+            return now, 0.0
+        period = state.period_s()
+        jitter = self.rng.uniform(0.0, period)
+        if not state.last_end or period <= 0:
+            return now + int(jitter * 1e9), jitter
+        anchor, step_ns = max(state.last_end.values()), int(period * 1e9)
+        boundary = anchor + max(0, -((anchor - now) // step_ns)) * step_ns
+        return boundary + int(jitter * 1e9), jitter
 
     def _due(self, state: TrialState, now: int) -> bool:
         trig = self.spec.trigger

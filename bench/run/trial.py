@@ -219,7 +219,12 @@ def _drive(
             dumps.tick(now)
         for fault in faults:
             fault.poll(state, now, harness)
-        if job.poll(TICK_S if busy else IDLE_TICK_S):
+        # A firing drawn for a point of a step is woken for at that point, not at the next tick.
+        due = [f.fire_at for f in faults if f.fire_at is not None]
+        wait_s = TICK_S if busy else IDLE_TICK_S
+        if due:
+            wait_s = min(wait_s, max(0.0, (min(due) - time.monotonic_ns()) / 1e9))
+        if job.poll(wait_s):
             return "ended"
         if time.monotonic_ns() > deadline:
             return "hung"

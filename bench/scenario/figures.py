@@ -110,8 +110,8 @@ FIGURES: tuple[Figure, ...] = (
         name="inject_phase",
         unit="ratio",
         better="neither",
-        meaning="where in the step the fault landed: time since the victim's last step end / fault-free median step "
-        "time",
+        meaning="where in the step the fault landed: time since the victim's last step end / its step period "
+        "(median interval between its step ends), in [0, 1)",
     ),
     Figure(
         name="inject_after_s",

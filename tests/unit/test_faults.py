@@ -185,3 +185,28 @@ def test_step_jitter_fires_within_one_step_of_the_trigger(write_scenario, ranks,
     st.step_times.extend([0.2] * 5)
     again.poll(st, 0, EventWriter(tmp_path / "x.jsonl", src="harness"))
     assert again._jitter_s == waits[0], "the draw is seeded by (seed, trial, fault)"
+
+
+def test_step_jitter_is_laid_from_the_step_boundary_so_phases_are_uniform(write_scenario, tmp_path: Path) -> None:
+    """The harness sees a step end late (here 37 ms into a 10 ms-period job whose steps
+    compute for 6 ms): the point is drawn over the whole period, not the step time, and
+    laid from the ranks' step boundary carried forward, never from the moment the trigger
+    was seen, so the phase it lands at is the draw itself, uniform over the step."""
+    spec = scenario(write_scenario, kind="stall", params="duration_s = 5", trigger='{ at_step = 10, jitter = "step" }')
+    period = 10_000_000
+    phases = []
+    for trial in range(400):
+        fault = ScheduledFault(0, spec.faults[0], seed=3, trial=trial, ranks_per_host=1)
+        st = TrialState()
+        for step in range(1, 11):
+            for rank in (0, 1):
+                end = {"event": "step_end", "src": "rank", "rank": rank, "step": step, "t": step * period + rank * 1000}
+                st.feed(end | {"step_s": 0.006})  # 6 ms of computing a step, 4 ms between steps
+        assert st.period_s() == pytest.approx(0.01)
+        now = 10 * period + 37_000_000
+        fire_at, jitter = fault._moment(st, now)
+        assert fire_at >= now and 0 <= jitter <= 0.01
+        phases.append(((fire_at - (10 * period + 1000)) % period) / period)
+    # 400 uniform draws: each quarter of the step holds 100 +- 8.7 (one s.d.); 60 is 4.6 s.d. away.
+    counts = [sum(q / 4 <= p < (q + 1) / 4 for p in phases) for q in range(4)]
+    assert all(60 <= c <= 140 for c in counts), counts

@@ -128,9 +128,10 @@ class TriggerSpec:
     ``jitter`` agree) and each arrival fires one of them, drawn by share (normalised:
     any positive numbers, such as a table's percentages)."""
     jitter: Literal["none", "step"] = "none"
-    """``step``: once the trigger is met, fire at a uniformly drawn moment of the next
-    step (seeded) instead of at once, so that injections land anywhere in a step, as
-    real faults do; where they landed is ``inject_phase`` in trials.csv."""
+    """``step``: once the trigger is met, fire at a uniformly drawn point of the next
+    step (seeded, laid from the ranks' step boundary) instead of at once, so that
+    injections land anywhere in a step, as real faults do; where they landed is
+    ``inject_phase`` in trials.csv, uniform over [0, 1)."""
 
     def kinds(self) -> list[str]:
         return [k for k in ("at_step", "after_s", "every_s", "mtbf_s", "probability") if getattr(self, k) is not None]
