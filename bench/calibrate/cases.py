@@ -26,7 +26,7 @@ from bench.scenario.model import Scenario
 
 STEPS_BEFORE_FAULT = 30
 """Steps the reference loops time before the injection can come (their step time is the
-median of these), and the default moment's step."""
+median of these)."""
 
 DETECTION = (("first", "ttd_rank_s"), ("last", "ttd_all_s"))
 """(name, trials.csv column) of the first and the last survivor's detection."""
@@ -67,7 +67,13 @@ class Moment:
         return f"step {self.at_step}" if self.at_step is not None else f"{self.after_s:g} s of training"
 
 
-DEFAULT_MOMENT = Moment(at_step=STEPS_BEFORE_FAULT)
+STEADY_S = 20.0
+"""Seconds of training after which a kill is seen as a job long in training sees it: a
+survivor's exit and a victim's death wait on the kernel freeing their memory, which is
+quicker while the per-CPU page lists are still large from start-up's allocations; the
+lists shrink back over the first ~20 s (docs/calibration.md, "When in a job's life")."""
+
+DEFAULT_MOMENT = Moment(after_s=STEADY_S)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

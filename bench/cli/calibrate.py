@@ -67,13 +67,13 @@ ENV_SPEC = "FTBENCH_CALIBRATE_ENV"
     "--at-step",
     type=Ascii(click.IntRange(min=10)),
     default=None,
-    help="Fault both sides after this step (default: step 30); the reference loops time their steps until then.",
+    help="Fault both sides after this step instead; the reference loops time their steps until then.",
 )
 @click.option(
     "--after-s",
     type=Ascii(click.FloatRange(min=0, max=3600)),
     default=None,
-    help="Fault both sides after this many seconds of training instead (what a long-running job sees).",
+    help="Fault both sides after this many seconds of training (default 20: what a job long in training sees).",
 )
 @click.option(
     "--env",

@@ -122,6 +122,8 @@ def test_calibrate_from_the_cli(tmp_path: Path) -> None:
             "kill-allreduce",
             "--trials",
             "2",
+            "--at-step",  # not the steady 20 s of the default moment: this test is about the CLI
+            "30",
             "--out",
             str(tmp_path),
         ],
