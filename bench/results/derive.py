@@ -11,8 +11,9 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
   some surviving rank never detected.
 - ``inject_phase``: time since the victims' last ``step_end`` before the injection over
   their step period (the median interval between a victim's consecutive step ends):
-  where in the step the fault landed, in [0, 1) for a running step (a kill inside a
-  collective is seen at once, one between collectives only at the next).
+  where in the step the fault landed, 0-1 (past 1 where the step it landed in ran longer
+  than the median; a kill inside a collective is seen at once, one between collectives
+  only at the next).
 - ``ttr_s``: end of the first good step minus the first detect. A good step comes from
   the world formed after the fault (``gen`` at or past the first ``reconfigured``) and
   is past the last step committed before the detection, so replayed steps count as

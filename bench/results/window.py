@@ -113,8 +113,8 @@ class FaultWindow:
     def _inject_phase(self) -> float:
         """Time since the victims' last step end over their step period (the median
         interval between one victim's consecutive step ends before the fault, the same
-        period the scheduler draws the moment in): in [0, 1) for a fault in a running
-        step, NaN without two steps to measure it by."""
+        period the scheduler draws the moment in): 0-1, past 1 where the step the fault
+        landed in ran longer than the median; NaN without two steps to measure it by."""
         ends: dict[int, list[int]] = {}
         for e in self.pre_steps:
             if int(e.get("rank", -1)) in self.victims:

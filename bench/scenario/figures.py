@@ -111,7 +111,7 @@ FIGURES: tuple[Figure, ...] = (
         unit="ratio",
         better="neither",
         meaning="where in the step the fault landed: time since the victim's last step end / its step period "
-        "(median interval between its step ends), in [0, 1)",
+        "(median interval between its step ends): 0-1, past 1 where that step ran longer than the median",
     ),
     Figure(
         name="inject_after_s",

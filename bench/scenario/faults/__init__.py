@@ -131,7 +131,7 @@ class TriggerSpec:
     """``step``: once the trigger is met, fire at a uniformly drawn point of the next
     step (seeded, laid from the ranks' step boundary) instead of at once, so that
     injections land anywhere in a step, as real faults do; where they landed is
-    ``inject_phase`` in trials.csv, uniform over [0, 1)."""
+    ``inject_phase`` in trials.csv."""
 
     def kinds(self) -> list[str]:
         return [k for k in ("at_step", "after_s", "every_s", "mtbf_s", "probability") if getattr(self, k) is not None]
