@@ -19,7 +19,10 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools" / "slurm"
 
 
 def load_tool(name: str) -> ModuleType:
-    """``tools/slurm/NAME.py`` as module ``NAME`` (once; node_loss imports localslurm so)."""
+    """``tools/slurm/NAME.py`` as module ``NAME`` (once; the scripts import their siblings
+    by these names: localslurm is slurmcluster, slurmstart, slurmconf and slurmprocs)."""
+    if str(TOOLS) not in sys.path:
+        sys.path.append(str(TOOLS))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
         assert spec is not None and spec.loader is not None
