@@ -24,7 +24,8 @@ What each figure means is :mod:`bench.scenario.figures`; how it is computed, per
   exists, so the phases present always add up to ``downtime_s``.
 - ``steps_lost``: committed steps that were computed again after recovery.
 - ``goodput``: distinct steps completed x fault-free median step time / training wall
-  time (first step start to the end of the job's last rank).
+  time (first step start to the end of the job's last rank), held at 1 where the world
+  after recovery steps faster than the fault-free one (``degraded_step_ratio`` < 1).
 - ``degraded_step_ratio``: median step time after recovery / fault-free median; for a
   fault nobody detected, median time of the steps that ran while it lasted (inject to
   its ``fault_end``) / fault-free median: a straggler's cost.

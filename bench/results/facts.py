@@ -211,7 +211,11 @@ def ratio(samples: Sequence[float], base: float) -> float:
 
 
 def goodput(facts: TrialFacts, ff_step_s: float) -> float:
+    """The share of training wall time that made progress, at the fault-free step time.
+    Held at 1: a world that steps faster after recovery than before (fewer ranks sharing
+    the same cores, as ``degraded_step_ratio`` below 1 shows) would otherwise make a
+    share of wall time over 100 %."""
     if facts.train_start_ns is None or facts.train_end_ns is None or math.isnan(ff_step_s):
         return NAN
     wall = seconds(facts.train_end_ns - facts.train_start_ns)
-    return facts.steps_done * ff_step_s / wall if wall > 0 else NAN
+    return min(1.0, facts.steps_done * ff_step_s / wall) if wall > 0 else NAN

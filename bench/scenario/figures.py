@@ -67,7 +67,7 @@ FIGURES: tuple[Figure, ...] = (
         name="goodput",
         unit="ratio",
         better="higher",
-        meaning="distinct steps x fault-free median step time / training wall time",
+        meaning="distinct steps x fault-free median step time / training wall time, at most 1",
     ),
     Figure(
         name="degraded_step_ratio",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -256,3 +257,14 @@ def test_rank_detection_phase_in_the_step_and_the_interposer() -> None:
     assert (f.interposer, f.detect_how, f.detect_site) == ("none", "exit", "backward")
     row = f.row()
     assert row["interposer"] == "none" and row["detect_how"] == "exit"
+
+
+def test_goodput_is_a_share_even_when_the_world_after_recovery_steps_faster() -> None:
+    """Three ranks on two cores step faster than four: counted at the fault-free step
+    time, 100 steps of 10 ms in 0.8 s of wall would be 125 % of it. A share stays <= 1."""
+    from bench.results.facts import goodput
+
+    facts = SimpleNamespace(train_start_ns=0, train_end_ns=800_000_000, steps_done=100)
+    assert goodput(facts, 0.010) == 1.0  # type: ignore[arg-type]
+    facts.train_end_ns = 2_000_000_000
+    assert goodput(facts, 0.010) == pytest.approx(0.5)  # type: ignore[arg-type]
