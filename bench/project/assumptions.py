@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.scenario.config import ConfigError
+from bench.scenario.overrides import split_setting, toml_value
 
 #: Llama 3 405B pre-training snapshot (see the module docstring).
 LLAMA3_INTERRUPTIONS = 419
@@ -205,15 +206,8 @@ def read_file(path: Path) -> dict[str, Any]:
 
 def parse_set(item: str) -> tuple[str, Any]:
     """``KEY=VALUE`` with VALUE read as TOML (else as a string), checked."""
-    key, sep, text = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError("--set", item, "KEY=VALUE")
-    try:
-        value: Any = tomllib.loads(f"v = {text.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = text.strip()
-    return key, _check("--set", key, value)
+    key, text = split_setting(item)
+    return key, _check("--set", key, toml_value(text.strip()))
 
 
 def cluster(file: Path | None = None, sets: tuple[str, ...] = ()) -> TargetCluster:

@@ -10,12 +10,12 @@ beside the figures, with the stack's own default where they differ.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from bench.scale.coordinators import COORDINATORS
 from bench.scenario.config import ConfigError
+from bench.scenario.overrides import split_setting, toml_value
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(2**k for k in range(3, 11))
 """8 to 1,024 participants: the default sweep (minutes)."""
@@ -142,15 +142,8 @@ def check(key: str, v: Any, where: str = "--set") -> Any:
 
 def parse_set(item: str) -> tuple[str, Any]:
     """``KEY=VALUE``, the value read as TOML (else as a string), checked."""
-    key, sep, text = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError("--set", item, "KEY=VALUE")
-    try:
-        value: Any = tomllib.loads(f"v = {text.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = text.strip()
-    return key, check(key, value)
+    key, text = split_setting(item)
+    return key, check(key, toml_value(text.strip()))
 
 
 def build(sets: tuple[str, ...] = (), *, full: bool = False, base: ScaleSpec | None = None) -> ScaleSpec:

@@ -26,17 +26,28 @@ IDENTITY = ("workload", "faults", "recovery", "launch", "measure.seed")
 
 def parse_override(text: str) -> tuple[str, Any]:
     """``key=value`` from the command line; the value is read as TOML, else as a string."""
+    key, value = split_setting(text)
+    split_key(key, "--set", key)
+    return key, toml_value(value)
+
+
+def split_setting(text: str) -> tuple[str, str]:
+    """A command line's ``KEY=VALUE`` (every ``--set``: scenarios, ``scale``, ``project``)."""
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ConfigError("--set", join("", text), "KEY=VALUE")
-    split_key(key, "--set", key)
+    return key, value
+
+
+def toml_value(text: str) -> Any:
+    """A command line's value read as TOML, else the text itself: not TOML, too deep for
+    the parser, or a newline that would smuggle in more keys ("1\nx = 2")."""
     try:
-        doc = tomllib.loads(f"v = {value}")
-    except (ValueError, RecursionError):  # not TOML (or too deep for the parser): a string
-        return key, value
-    # A value with a newline could smuggle in more keys ("1\nx = 2"): then it is a string.
-    return key, doc["v"] if doc.keys() == {"v"} else value
+        doc = tomllib.loads(f"v = {text}")
+    except (ValueError, RecursionError):
+        return text
+    return doc["v"] if doc.keys() == {"v"} else text
 
 
 def split_key(key: str, file: str, origin: str) -> list[str]:
