@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from bench.project import Result, build
 from bench.project.assumptions import lines
 from bench.project.model import PARTS, UNMEASURED, Cell, Projection, fmt_pct
-from bench.report.tables import markdown
+from bench.report.tables import markdown, text_table
 
 DPI = 110
 GRID = 17
@@ -167,18 +167,6 @@ def inputs_lines(res: Result) -> list[str]:
             else "checkpoint_write_s is not used: every checkpointing stack's write is measured"
         )
     return out + inp.notes
-
-
-def text_table(df: pd.DataFrame) -> str:
-    """Aligned columns for a terminal."""
-    if df.empty:
-        return "(no rows)"
-    cols = [str(c) for c in df.columns]
-    cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
-    width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(cols, width, strict=True)).rstrip()]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
-    return "\n".join(out)
 
 
 def _pct(v: float) -> float:

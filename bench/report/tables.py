@@ -164,6 +164,18 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def text_table(df: pd.DataFrame) -> str:
+    """Aligned columns for a terminal."""
+    if df.empty:
+        return "(no rows)"
+    cols = [str(c) for c in df.columns]
+    cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
+    width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, width, strict=True)).rstrip()]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
+    return "\n".join(out)
+
+
 def html_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "<p><em>(no rows)</em></p>"

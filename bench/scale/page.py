@@ -14,10 +14,9 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from matplotlib.figure import Figure
 
-from bench.report.tables import markdown
+from bench.report.tables import markdown, text_table
 from bench.scale import anchors
 from bench.scale.coordinators import COORDINATORS
 from bench.scale.curves import THRESHOLDS, Curve, all_curves, fits_table, points_table
@@ -25,18 +24,6 @@ from bench.scale.rundir import ScaleRun
 from bench.scale.spec import FULL_SIZES, ONCE_ABOVE
 
 DPI = 110
-
-
-def text_table(df: pd.DataFrame) -> str:
-    """Aligned columns for a terminal."""
-    if df.empty:
-        return "(no rows)"
-    cols = [str(c) for c in df.columns]
-    cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
-    width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(cols, width, strict=True)).rstrip()]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
-    return "\n".join(out)
 
 
 def stops_lines(run: ScaleRun) -> list[str]:
