@@ -65,6 +65,13 @@ class Coordinator:
 
 _P = "bench.scale.participants"
 
+_STORE_OPS = (
+    Op("connect", "every client constructs its TCPStore (connects, is validated)"),
+    Op("barrier", "torch's store-based barrier (_store_based_barrier: add, add 0, wait)", needs=("connect",)),
+    Op("get", "one key set by participant 0, got by all (a get waits for the key)", needs=("connect",)),
+)
+"""What both TCPStore backends are timed on."""
+
 COORDINATORS: dict[str, Coordinator] = {
     c.name: c
     for c in (
@@ -75,15 +82,7 @@ COORDINATORS: dict[str, Coordinator] = {
             unit="rank",
             server="tcpstore-libuv",
             participant=f"{_P}:StoreClient",
-            ops=(
-                Op("connect", "every client constructs its TCPStore (connects, is validated)"),
-                Op(
-                    "barrier",
-                    "torch's store-based barrier (_store_based_barrier: add, add 0, wait)",
-                    needs=("connect",),
-                ),
-                Op("get", "one key set by participant 0, got by all (a get waits for the key)", needs=("connect",)),
-            ),
+            ops=_STORE_OPS,
         ),
         Coordinator(
             name="tcpstore-legacy",
@@ -92,15 +91,7 @@ COORDINATORS: dict[str, Coordinator] = {
             unit="rank",
             server="tcpstore-legacy",
             participant=f"{_P}:StoreClient",
-            ops=(
-                Op("connect", "every client constructs its TCPStore (connects, is validated)"),
-                Op(
-                    "barrier",
-                    "torch's store-based barrier (_store_based_barrier: add, add 0, wait)",
-                    needs=("connect",),
-                ),
-                Op("get", "one key set by participant 0, got by all (a get waits for the key)", needs=("connect",)),
-            ),
+            ops=_STORE_OPS,
         ),
         Coordinator(
             name="rendezvous",
