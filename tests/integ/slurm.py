@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools" / "slurm"
 
@@ -49,4 +53,18 @@ __all__ = [
     "leftover_namespaces",
     "load_tool",
     "localslurm",
+    "started",
 ]
+
+
+def started(cluster: Any) -> Iterator[Any]:
+    """A fixture's body: ``cluster`` started (the test skips, saying why, where Slurm
+    cannot run), then torn down, raising if anything was left behind."""
+    try:
+        cluster.start()
+    except SlurmUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield cluster
+    finally:
+        cluster.__exit__(None, None, None)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integ.slurm import LocalSlurm, SlurmUnavailable
+from tests.integ.slurm import LocalSlurm, started
 from tests.integ.test_cluster import ONE_TRIAL
 
 pytestmark = [
@@ -28,15 +28,7 @@ pytestmark = [
 @pytest.fixture
 def local_slurm(tmp_path: Path) -> Iterator[LocalSlurm]:
     """A started one-node cluster under ``tmp_path``; skips the test where Slurm cannot run."""
-    cluster = LocalSlurm(tmp_path / "slurm")
-    try:
-        cluster.__enter__()
-    except SlurmUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield cluster
-    finally:
-        cluster.__exit__(None, None, None)  # raises if anything was left behind
+    yield from started(LocalSlurm(tmp_path / "slurm"))
 
 
 def _alive(pid: int) -> bool:

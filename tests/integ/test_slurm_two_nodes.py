@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bench.procs.hygiene import MARKER
-from tests.integ.slurm import TEST_TIMERS, LocalSlurm, SlurmUnavailable, leftover_namespaces, load_tool
+from tests.integ.slurm import TEST_TIMERS, LocalSlurm, SlurmUnavailable, leftover_namespaces, load_tool, started
 from tests.integ.test_cluster import agent_processes
 from tests.integ.test_local_slurm import _alive
 
@@ -47,15 +47,7 @@ def job_env() -> dict[str, str]:
 def two_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalSlurm]:
     """A started two-node cluster under ``tmp_path``; skips the test where Slurm cannot run."""
     monkeypatch.delenv(MARKER, raising=False)  # the job is not a child of this test's runs
-    cluster = LocalSlurm(tmp_path / "slurm", nodes=2)
-    try:
-        cluster.start()
-    except SlurmUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield cluster
-    finally:
-        cluster.__exit__(None, None, None)  # raises if anything was left behind
+    yield from started(LocalSlurm(tmp_path / "slurm", nodes=2))
 
 
 def assert_nothing_left(cluster: LocalSlurm, daemons: dict[str, int]) -> None:
