@@ -14,6 +14,7 @@ from bench.cli import cli
 from bench.project import assumptions, build
 from bench.project.fit import choose
 from bench.results.reader import load
+from bench.scenario.config import ConfigError
 from tests.unit.runfactory import trial, write_run
 
 # A cluster that makes the arithmetic round: 100 hosts x 8 GPUs, each host failing
@@ -200,3 +201,11 @@ def test_missing_scaling_run_or_cluster_file_is_exit_2(tmp_path: Path) -> None:
     for args in (["--scaling", str(tmp_path / "nope")], ["--cluster", str(tmp_path / "nope.toml")]):
         res = CliRunner().invoke(cli, ["project", str(run), *args])
         assert res.exit_code == 2 and "nope" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_set_value_cannot_smuggle_in_a_second_key() -> None:
+    """``checkpoint_write_s=10\\nx = 2`` is not the number 10 (TOML would read its first
+    line so): it is a string, and the key expects a number."""
+    with pytest.raises(ConfigError, match="checkpoint_write_s"):
+        assumptions.cluster(None, ("checkpoint_write_s=10\nx = 2",))
+    assert assumptions.cluster(None, ("checkpoint_write_s=10",)).checkpoint_write_s == 10
