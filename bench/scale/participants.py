@@ -39,6 +39,9 @@ class Context:
     rep: int
     deadline_s: float
     knobs: dict[str, Any] = field(default_factory=dict)
+    host: str = HOST
+    """The address a store client connects to: loopback on one machine, the coordinator's
+    host where participants are spread over several."""
 
     @property
     def victim(self) -> int:
@@ -67,7 +70,7 @@ class Participant:
         """Let go of connections and threads."""
 
     def client(self) -> dist.TCPStore:
-        return dist.TCPStore(HOST, self.ctx.port, None, False, timeout=self.ctx.timeout)
+        return dist.TCPStore(self.ctx.host, self.ctx.port, None, False, timeout=self.ctx.timeout)
 
 
 class StoreClient(Participant):
@@ -235,7 +238,7 @@ class NVRxRank(Participant):
 
         # NVRx's store is a server on RANK 0 and a client elsewhere: the worker sets RANK=1.
         self.base: Any = TCPStore(
-            host_name=HOST, port=self.ctx.port, world_size=self.ctx.n, timeout=self.ctx.timeout, wait_for_workers=False
+            host_name=self.ctx.host, port=self.ctx.port, world_size=self.ctx.n, timeout=self.ctx.timeout, wait_for_workers=False
         )
 
     def run(self, op: str) -> None:
