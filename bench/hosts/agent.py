@@ -11,7 +11,7 @@ clock:
    only), with the same :class:`~bench.procs.launcher.LocalLauncher` and rank entry as
    on one host, and supervises them: it stamps their exits on its own clock
    (``proc_exit``, and ``detect`` ``how=exit`` where the stack has such an agent), tells
-   the ranks through the store (``dead/RANK``) and reports each exit to the harness.
+   the ranks through the store (``bench.rank.deaths``) and reports each exit to the harness.
 3. It carries out the faults aimed at its host's ranks (signals, rank-side arms),
    stamping ``inject`` on its own clock, and undoes transient ones when they are due.
 4. On ``stop`` it kills its ranks, measures the offset again (the drift over the
@@ -44,6 +44,7 @@ from bench.hosts.clock import StorePinger, resolution_ns
 from bench.procs.events import ADDRESS_ENV, HOST_ENV, EventWriter
 from bench.procs.hygiene import kill_all, redirect_output, set_pdeathsig
 from bench.procs.launcher import LocalLauncher, RankProcess, rank_context
+from bench.rank.deaths import report_death
 
 ELASTIC_ARGS = frozenset(
     f"--{name}"
@@ -306,7 +307,7 @@ class Agent:
     def _tell(self, r: RankProcess, code: int | None) -> None:
         """The ranks first (nobody waits for a member known dead), then the harness."""
         try:
-            self.store.set(f"dead/{r.rank}", str(code))
+            report_death(self.store, r.rank, code)
         except Exception:  # the store itself may be the fault's target
             pass
         self.exits += 1

@@ -6,8 +6,9 @@ one): the launcher's store in a process of its own, one process per rank, and th
 harness acting as the node agent. It reaps rank processes, records their exits (an
 ``exit`` detection for a fault exit, where the strategy's stack has such an agent:
 ``Strategy.supervised``), tells the ranks through the store
-(``dead/<rank>``, so that nobody waits for a member known to be gone) and starts a
-replacement when the strategy asks for one (:meth:`SupervisedJob.replacement_delay`).
+(:func:`~bench.rank.deaths.report_death`, so that nobody waits for a member known to be
+gone) and starts a replacement when the strategy asks for one
+(:meth:`SupervisedJob.replacement_delay`).
 Once a rank finished training the job is ending: exits are no longer detections and
 nobody is replaced.
 """
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 from bench.jobs.job import Job, host_launcher, rank_spec, start_method, zygote_preload
 from bench.procs.events import EventWriter
 from bench.procs.launcher import LocalLauncher, RankProcess
+from bench.rank.deaths import report_death
 from bench.rank.entry import EXIT_LEFT, EXIT_OK, RankSpec
 from bench.rank.entry import main as rank_process_main
 from bench.scenario.strategy import STRATEGIES
@@ -129,7 +131,7 @@ class SupervisedJob(Job):
     def on_exit(self, r: RankProcess) -> None:
         code = r.exitcode
         # An exit a host agent saw was recorded there, stamped on that host's clock, and
-        # the ranks were told there (dead/<rank>): not again here.
+        # the ranks were told there (report_death): not again here.
         if not r.recorded:
             self.supervisor.emit("proc_exit", of_rank=r.rank, exitcode=code)
         if code == EXIT_OK:
@@ -143,7 +145,7 @@ class SupervisedJob(Job):
                 self.replacements[r.rank] = time.monotonic() + delay
         if not r.recorded and self.launcher.store_process is not None and self.launcher.store_process.is_alive():
             try:  # the store itself may be the fault's target
-                self.store.set(f"dead/{r.rank}", str(code))
+                report_death(self.store, r.rank, code)
             except Exception:  # it died just now
                 pass
 
