@@ -171,7 +171,10 @@ class SupervisedJob(Job):
 class RegrowingJob(SupervisedJob):
     """The supervised job of an in-process recovery that can grow back (``regrow`` and
     ``regrow_delay_s`` among the strategy's knobs): a replacement for each death, which
-    learns the world it joins from the store, not from its spec."""
+    learns the world it joins from the store, not from its spec. A rank the survivors
+    left out (it arrived after the agreement closed) needs none: it rejoins in its own
+    process (``bench.rank.reform``), and exits cleanly (``EXIT_LEFT``) only when the job
+    is over."""
 
     def spec(self, rank: int, role: str) -> RankSpec:
         spec = super().spec(rank, role)
@@ -180,13 +183,3 @@ class RegrowingJob(SupervisedJob):
     def replacement_delay(self, rank: int) -> float | None:
         params = self.ctx.scenario.recovery.params
         return float(params.regrow_delay_s) if params.regrow else None
-
-    def on_exit(self, r: RankProcess) -> None:
-        """A rank the survivors evicted (it left, healthy, because it saw the failure too
-        late to join the new world) is a slot lost like a death: growing back to full
-        strength replaces it as well."""
-        super().on_exit(r)
-        if r.exitcode == EXIT_LEFT and self.finished_at is None and self.launcher.running():
-            delay = self.replacement_delay(r.rank)
-            if delay is not None:
-                self.replacements[r.rank] = time.monotonic() + delay

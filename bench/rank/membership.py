@@ -1,18 +1,44 @@
 """Membership of an in-process-recovering job: who is in the next generation's group.
 
-The protocol runs over the c10d store that the launcher hosts (it outlives any rank):
+The protocol runs over the c10d store that the launcher hosts (it outlives any rank).
+Every member knows the world of its generation (ids in group-rank order); each step below
+costs a member O(1) requests, whatever N, and the store O(N) bytes (O(N log N) for the
+handles), which ``ftbench scale`` measures (coordinator ``membership``):
 
-1. A rank whose collective fails publishes ``g<gen>/abort`` (first writer wins). Every
-   rank of the generation watches that key (``collectives.py``) and stops waiting
-   on its collectives at once: nobody sits in a process-group timeout because a peer two
-   hops away died.
-2. Each survivor checks in (``g<gen>/here/<id>``). The first to check in coordinates: it
-   waits until every member has either checked in or is known dead (the supervisor
-   writes ``dead/<id>`` when it reaps a process), or until ``join_window_s`` has passed
-   (a stalled member neither checks in nor dies), then publishes ``g<gen>/next``.
-3. Members of the next generation form a new process group on a fresh store prefix.
-   A member that finds itself left out (a stalled rank that woke up late) is *evicted*:
-   it records that and exits cleanly; the job goes on without it.
+1. **abort**: a rank whose collective fails publishes ``g<gen>/abort`` (first writer
+   wins). Every rank of the generation watches that key (``abortable.py``) and stops
+   waiting on its collectives at once: nobody sits in a process-group timeout because a
+   peer two hops away died.
+2. **agree**: each survivor checks in: it appends its id to ``g<gen>/here``, then counts
+   itself in ``g<gen>/nhere``. The first to count itself decides; the second stands by
+   (it decides too if the first has not published by its own deadline, which is how a
+   second death during the agreement, the decider's own included, ends in a decision
+   rather than a timeout; ``compare_set`` keeps the first decision published). The
+   decider polls two counters per round (``nhere`` and the launcher's ``ndeaths``,
+   :mod:`bench.rank.deaths`) and reads who is here and who died only when a count says
+   it may be complete. It closes on the count, when every member has checked in or is
+   known dead; otherwise when no member has checked in or died for ``join_window_s``
+   (a stalled member neither checks in nor dies). That window is silence, not time since
+   the start: survivors keep arriving for as long as the abort's fan-out and the store
+   take to bring them in, which grows with N, and each arrival restarts it, so no live
+   member is cut off by the clock while others are still coming in. The decision
+   (``g<gen>/next``) is what changed: the ids removed, each with why (``dead``: the
+   launcher reported it; ``silent``: not here when the agreement closed) and the ids
+   added; each member applies it to the world it knows, reading O(deaths) bytes. The
+   whole next world is written once more (``g<gen>/world``) for joiners, who know none.
+3. A member that finds itself removed (a stalled rank that woke up late) is told why.
+   Where the job takes joiners (``regrow``) it rejoins the running world at its next
+   step boundary, as a replacement would, taking its state from a peer; otherwise it
+   records that it was left out and exits cleanly. Nobody is dropped without knowing it.
+4. **resume**: every member but the new group's rank 0 writes the step it committed;
+   rank 0 reads them all with one ``multi_get`` and writes the decision (resume after
+   the smallest committed step, from the state of a member that committed exactly it)
+   once; the others wait for that one key.
+5. **handles** (torch-reconfigure): every member but rank 0 writes its reconfigure
+   handle; rank 0 gathers them with one ``multi_get`` and writes them as one value.
+   Every member needs every peer's handle, so O(N²) bytes must move in all whatever the
+   protocol; the root's few children read that value from the store and every other
+   member from a peer that has it (:mod:`bench.rank.relay`), so the store sends O(N log N).
 
 Growing back (``regrow``): a replacement process registers as a joiner of the current
 generation (``g<gen>/joinerN``) and wakes the group's rank 0 (``g<gen>/join``, watched by
@@ -24,8 +50,9 @@ after announcing. So all re-form the group, joiners included, right after commit
 step ``s + 1``, and the joiner takes its state from a member. A joiner left out by a
 failure reconfiguration tries again in the next generation.
 
-The coordinator is not itself fault tolerant: if it dies mid-decision the others give
-up after their wait deadline, and the trial shows that as a failure, not a hang.
+If both deciding members die during the agreement, or rank 0 during the resume or
+handle exchange, the others give up at their wait deadline, and the trial shows that as
+a failure, not a hang.
 """
 
 from __future__ import annotations
@@ -33,17 +60,49 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from bench.rank import relay
+from bench.rank.deaths import DEATH_COUNT, DEATHS, dead_key
 from bench.rank.policy import World
+
+DECIDERS = 2
+"""The first member to check in decides; the second stands by for it."""
+POLL_S = 0.002
+"""A decider's poll: two counters, so the store serves 1,000 requests a second for it
+whatever N (before: 2N checks a poll)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """This rank is not in the world after generation ``gen``, and why."""
+
+    gen: int
+    why: str
+    """``silent``: it had not checked in when the agreement closed (it arrived late);
+    ``dead``: the launcher reported it dead."""
 
 
 class Membership:
-    def __init__(self, store: Any, *, me: int, join_window_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        me: int,
+        join_window_s: float,
+        timeout_s: float,
+        relay_host: str = "127.0.0.1",
+        fanout: int = relay.FANOUT,
+    ) -> None:
         self.store = store
         self.me = me
         self.join_window_s = join_window_s
         self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.relay_host = relay_host
+        """Where this member serves the handles to its children (on the route to the store)."""
+        self.fanout = fanout
 
     @staticmethod
     def abort_key(gen: int) -> str:
@@ -54,58 +113,122 @@ class Membership:
         reason = json.dumps({"by": self.me, "how": how, "error": message[:200]})
         self.store.compare_set(self.abort_key(gen), "", reason)
 
-    def next_world(self, world: World) -> World | None:
-        """Agree on the next generation; ``None`` if this rank was left out."""
-        g = world.gen
-        self.store.set(f"g{g}/here/{self.me}", str(time.monotonic_ns()))
-        if self.store.add(f"g{g}/coordinator", 1) == 1:
-            self._decide(world)
-        self.store.wait([f"g{g}/next"], self.timeout)
-        members = tuple(json.loads(self.store.get(f"g{g}/next")))
-        if self.me not in members:
-            return None
-        return World(gen=g + 1, members=members, me=self.me)
+    # --- agree --------------------------------------------------------------------
 
-    def _decide(self, world: World) -> None:
+    def next_world(self, world: World) -> World | Left:
+        """Agree on the next generation; :class:`Left` if this rank is not in it."""
         g = world.gen
-        deadline = time.monotonic() + self.join_window_s
+        self.store.append(f"g{g}/here", f"{self.me} ")
+        order = self.store.add(f"g{g}/nhere", 1)
+        if order <= DECIDERS:
+            self._decide(world, standby=order > 1)
+        return self._apply(world, self._read(f"g{g}/next", self.timeout))
+
+    def _decide(self, world: World, *, standby: bool) -> None:
+        g, members = world.gen, frozenset(world.members)
+        window = self.join_window_s * (2 if standby else 1)
+        started = time.monotonic()
+        quiet_until, hard = started + window, started + self.timeout.total_seconds()
+        counts, read_at = (-1, -1), -1
+        here: set[int] = set()
+        dead: set[int] = set()
         while True:
-            here = [m for m in world.members if self.store.check([f"g{g}/here/{m}"])]
-            dead = [m for m in world.members if m not in here and self.store.check([f"dead/{m}"])]
-            if len(here) + len(dead) == len(world.members) or time.monotonic() >= deadline:
-                break
-            time.sleep(0.002)
-        self._publish(g, sorted(here))
+            if standby and self.store.check([f"g{g}/next"]):
+                return
+            nhere, ndead = self.store.add(f"g{g}/nhere", 0), self.store.add(DEATH_COUNT, 0)
+            now = time.monotonic()
+            if (nhere, ndead) != counts:
+                quiet_until = now + window  # an arrival or a death: the silence starts again
+                if ndead != counts[1] and ndead > 0:
+                    dead |= self._dead_among(members - dead)
+                counts = (nhere, ndead)
+            closing = now >= quiet_until or now >= hard
+            if closing or (nhere != read_at and nhere + len(dead) >= len(members)):
+                here, read_at = {int(m) for m in self.store.get(f"g{g}/here").split()} & members, nhere
+                if closing or members <= here | dead:
+                    break
+            time.sleep(POLL_S)
+        removed = [(m, "dead" if m in dead else "silent") for m in world.members if m in dead or m not in here]
+        self._publish(world, removed=removed)
 
-    def _publish(self, g: int, members: list[int]) -> None:
-        self.store.set(f"g{g}/next", json.dumps(members))
+    def _dead_among(self, candidates: frozenset[int]) -> set[int]:
+        """Which of ``candidates`` the launcher reported dead (this incarnation)."""
+        logged = {int(m) for m in self.store.get(DEATHS).split()}
+        return {m for m in logged & candidates if self.store.check([dead_key(m)])}
+
+    def _publish(self, world: World, *, removed: Sequence[tuple[int, str]] = (), added: Sequence[int] = ()) -> None:
+        g = world.gen
+        change = json.dumps({"removed": list(removed), "added": list(added)})
+        if self.store.compare_set(f"g{g}/next", "", change) != change.encode():
+            return  # the other decider's change is the decision
+        members, _ = changed(world.members, change.encode())
+        self.store.set(f"g{g}/world", json.dumps(members))
         self.store.set("current_gen", str(g + 1))
         # Release this generation's watchers that wait for joins that will never come.
         self.store.compare_set(f"g{g}/join", "", "closed")
         self.store.compare_set(f"g{g}/grow_at", "", "-1")
 
+    def _apply(self, world: World, change: bytes) -> World | Left:
+        members, gone = changed(world.members, change)
+        if self.me in gone:
+            return Left(gen=world.gen, why=gone[self.me])
+        return World(gen=world.gen + 1, members=members, me=self.me)
+
+    def _read(self, key: str, timeout: datetime.timedelta) -> bytes:
+        self.store.wait([key], timeout)
+        return bytes(self.store.get(key))
+
+    def _gather(self, keys: list[str], timeout: datetime.timedelta) -> list[bytes]:
+        if not keys:
+            return []
+        self.store.wait(keys, timeout)
+        return list(self.store.multi_get(keys))
+
+    # --- resume and handles ---------------------------------------------------------
+
     def agree_on_step(self, world: World, committed: int) -> tuple[int, int]:
         """Return ``(resume_step, source_group_rank)``: everyone resumes after the
-        smallest committed step, from the state of a member that committed exactly it.
-        A joiner reports ``committed = -1`` (it has no state) and always needs one."""
+        smallest committed step, from the state of a member that committed exactly it
+        (-1: nobody needs one). A joiner reports ``committed = -1`` (it has no state)
+        and always needs one."""
         g = world.gen
-        self.store.set(f"g{g}/committed/{self.me}", str(committed))
-        keys = [f"g{g}/committed/{m}" for m in world.members]
-        self.store.wait(keys, self.timeout)
-        steps = [int(self.store.get(k)) for k in keys]
+        if world.group_rank != 0:
+            self.store.set(f"g{g}/committed/{self.me}", str(committed))
+            decided = self._read(f"g{g}/resume", self.timeout).split()
+            return int(decided[0]), int(decided[1])
+        others = self._gather([f"g{g}/committed/{m}" for m in world.members[1:]], self.timeout)
+        steps = [committed, *(int(s) for s in others)]
         low = min(s for s in steps if s >= 0)
-        return low + 1, steps.index(low) if len(set(steps)) > 1 else -1
+        source = steps.index(low) if len(set(steps)) > 1 else -1
+        self.store.set(f"g{g}/resume", f"{low + 1} {source}")
+        return low + 1, source
 
     def exchange_handles(self, world: World, handle: str | bytes, timeout: datetime.timedelta) -> list[str]:
-        """Publish this rank's reconfigure handle for ``world`` and read every member's,
-        in the order that assigns the ranks (``dist._reconfigure`` takes them so): one set,
-        one wait for all, then one get per member (torch-reconfigure's exchange; its
-        cost at scale is measured by ``ftbench scale``)."""
-        g = world.gen
-        self.store.set(f"g{g}/handle/{self.me}", handle)
-        keys = [f"g{g}/handle/{m}" for m in world.members]
-        self.store.wait(keys, timeout)
-        return [self.store.get(k).decode() for k in keys]
+        """Every member's reconfigure handle for ``world``, in the order that assigns the
+        ranks (``dist._reconfigure`` takes them so): rank 0 gathers them into one value,
+        which reaches every member through the store or a relay (module docstring)."""
+        g, rank, size = world.gen, world.group_rank, world.size
+        seconds = timeout.total_seconds()
+        if rank == 0:
+            mine = handle.decode() if isinstance(handle, bytes) else handle
+            others = self._gather([f"g{g}/handle/{m}" for m in world.members[1:]], timeout)
+            value = json.dumps([mine, *(h.decode() for h in others)]).encode()
+            self.store.set(f"g{g}/handles", value)
+        else:
+            self.store.set(f"g{g}/handle/{self.me}", handle)
+            up = relay.parent(rank, self.fanout)
+            if up == 0:
+                value = self._read(f"g{g}/handles", timeout)
+            else:
+                value = relay.fetch(self._read(f"g{g}/relay/{up}", timeout).decode(), seconds)
+            below = relay.children(rank, self.fanout, size)
+            if below:
+                server = relay.Relay(self.relay_host, value, len(below), seconds)
+                self.store.set(f"g{g}/relay/{rank}", server.address)
+        handles: list[str] = json.loads(value)
+        if len(handles) != size:
+            raise RuntimeError(f"{len(handles)} handles for a world of {size}")
+        return handles
 
     # --- growing back -------------------------------------------------------------
 
@@ -118,9 +241,9 @@ class Membership:
         return g
 
     def admitted(self, g: int) -> World | None:
-        """Wait for generation ``g`` to end; the next world if it includes this joiner."""
-        self.store.wait([f"g{g}/next"], self.timeout)
-        members = tuple(json.loads(self.store.get(f"g{g}/next")))
+        """Wait for generation ``g`` to end; the next world if it includes this joiner
+        (which knows no world before it, so reads the whole one)."""
+        members = tuple(int(m) for m in json.loads(self._read(f"g{g}/world", self.timeout)))
         return World(gen=g + 1, members=members, me=self.me) if self.me in members else None
 
     def announce_growth(self, world: World, after_step: int) -> None:
@@ -130,7 +253,7 @@ class Membership:
     def close(self, world: World) -> None:
         """Rank 0 at the end of training: no generation follows this one."""
         self.store.set("done", "1")
-        self._publish(world.gen, list(world.members))
+        self._publish(world)
 
     def finished(self) -> bool:
         return bool(self.store.check(["done"]))
@@ -143,14 +266,24 @@ class Membership:
         step = int(self.store.get(key))
         return step if step >= 0 else None
 
-    def grow(self, world: World) -> World | None:
+    def grow(self, world: World) -> World | Left:
         """Every member, after committing the announced step: the next, larger world
-        (``None`` if a failure decision left this rank out in the meantime)."""
+        (:class:`Left` if a failure decision left this rank out in the meantime)."""
         g = world.gen
         if world.group_rank == 0:
             count = self.store.add(f"g{g}/njoin", 0)
-            joiners = [int(self.store.get(f"g{g}/joiner{i}")) for i in range(1, count + 1)]
+            joiners = [int(j) for j in self._gather([f"g{g}/joiner{i}" for i in range(1, count + 1)], self.timeout)]
             for j in joiners:
-                self.store.delete_key(f"dead/{j}")  # the id lives again, in a new process
-            self._publish(g, list(world.members) + [j for j in joiners if j not in world.members])
-        return self.admitted(g)
+                self.store.delete_key(dead_key(j))  # the id lives again, in a new process
+            self._publish(world, added=[j for j in dict.fromkeys(joiners) if j not in world.members])
+        return self._apply(world, self._read(f"g{g}/next", self.timeout))
+
+
+def changed(members: tuple[int, ...], change: bytes) -> tuple[tuple[int, ...], dict[int, str]]:
+    """``members`` as a published change leaves them, and the ids it removed with why."""
+    data = json.loads(change)
+    gone = {int(m): str(why) for m, why in data["removed"]}
+    kept = members
+    for cut in sorted((kept.index(m) for m in gone if m in kept), reverse=True):
+        kept = kept[:cut] + kept[cut + 1 :]  # slices: O(N) in C, not a Python loop over N
+    return kept + tuple(int(m) for m in data["added"]), gone

@@ -23,8 +23,9 @@ from typing import Any
 from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, Collectives, CorruptionDetected, Hook
 from bench.rank.entry import EXIT_LEFT, RankSpec, store_client
-from bench.rank.membership import Membership
+from bench.rank.membership import Left, Membership
 from bench.rank.policy import Position, RankPolicy, World
+from bench.rank.relay import local_address
 from bench.rank.state import restore_from_peer
 from bench.rank.workload import Workload
 
@@ -61,14 +62,19 @@ class ReformingPolicy(RankPolicy):
         self.store = store_client(spec)
         self.watch_store = store_client(spec)
         self.membership = Membership(
-            self.store, me=spec.rank, timeout_s=spec.wait_s, join_window_s=self.join_window_s()
+            self.store,
+            me=spec.rank,
+            timeout_s=spec.wait_s,
+            join_window_s=self.join_window_s(),
+            relay_host=local_address(spec.store_host),
         )
         self.growth: KeyWatch | None = None
         self.workload: Workload | None = None
 
     @abstractmethod
     def join_window_s(self) -> float:
-        """How long a coordinator waits for a member neither here nor known dead."""
+        """How long the agreement waits, after the last check-in or reported death, for a
+        member neither here nor known dead."""
 
     @abstractmethod
     def form(self, world: World) -> Collectives:
@@ -94,9 +100,8 @@ class ReformingPolicy(RankPolicy):
             restore_from_peer(workload, pos.world, err.source, self.events)
             return Position(world=pos.world, comm=pos.comm, step=pos.step + 1, committed=pos.step)
         recovered = self.recover(pos.world, pos.committed, err)
-        if recovered is None:
-            self.events.emit("evicted", gen=pos.world.gen)
-            return EXIT_LEFT
+        if isinstance(recovered, Left):
+            return self.left_out(recovered)
         self.watch_growth(recovered.world)
         return recovered
 
@@ -113,9 +118,8 @@ class ReformingPolicy(RankPolicy):
         if self.membership.growth_step(world) != step:
             return nxt
         grown = self.membership.grow(world)
-        if grown is None:
-            self.events.emit("evicted", gen=world.gen)
-            return EXIT_LEFT
+        if isinstance(grown, Left):
+            return self.left_out(grown)
         comm, _ = self.reform(grown, step)
         self.watch_growth(grown)
         return Position(world=grown, comm=comm, step=step + 1, committed=step)
@@ -125,6 +129,18 @@ class ReformingPolicy(RankPolicy):
             self.membership.close(pos.world)  # joiners still waiting learn that nothing is left to join
 
     # --- worlds ------------------------------------------------------------------------
+
+    def left_out(self, left: Left) -> Position | int:
+        """The next world was agreed without this rank (it checked in after the agreement
+        closed: it was stalled, or late). It is not dropped without knowing: it records
+        why, and where the job takes joiners it rejoins the running world at its next step
+        boundary, taking its state from a peer, as a replacement would (it has torch and
+        its workload already); otherwise it leaves cleanly."""
+        self.events.emit("evicted", gen=left.gen, why=left.why, rejoin=self.regrow)
+        if not self.regrow:
+            return EXIT_LEFT
+        rejoined = self.join_running()
+        return EXIT_LEFT if rejoined is None else rejoined
 
     def join_running(self) -> Position | None:
         """A replacement joins the running world at its next growth (or gives up if the
@@ -148,8 +164,9 @@ class ReformingPolicy(RankPolicy):
         if self.regrow and world.group_rank == 0:
             self.growth = KeyWatch(lambda: store_client(self.spec), f"g{world.gen}/join", self.spec.wait_s)
 
-    def recover(self, world: World, committed: int, err: CollectiveError) -> Position | None:
-        """Re-form the group without the failed members; ``None`` if this rank was left out.
+    def recover(self, world: World, committed: int, err: CollectiveError) -> Position | Left:
+        """Re-form the group without the failed members; :class:`Left` if this rank is
+        not in the next world.
 
         A failure *during* recovery (another member dies) is handled the same way, one
         generation later; the number of attempts is bounded by the world size.
@@ -158,8 +175,8 @@ class ReformingPolicy(RankPolicy):
         for _ in range(len(world.members)):
             self.membership.report_failure(world.gen, how, message)
             nxt = self.membership.next_world(world)
-            if nxt is None:
-                return None
+            if isinstance(nxt, Left):
+                return nxt
             self.events.emit(
                 "isolate",
                 gen=nxt.gen,

@@ -1,6 +1,7 @@
-"""A regrowing job replaces every slot it lost: a rank killed, and a rank the survivors
-evicted (it left healthy, having seen the failure too late to join the new world), so
-that a long chaos run keeps growing back to full strength."""
+"""A regrowing job replaces every rank that died, so that a long chaos run keeps growing
+back to full strength; a rank the survivors left out (it saw the failure after the
+agreement closed) rejoins in its own process, and one that left cleanly (the job is
+over for it) needs no replacement."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ def job(tmp_path: Path, *, regrow: bool = True) -> RegrowingJob:
     return j
 
 
-def test_a_killed_and_an_evicted_rank_are_both_replaced(tmp_path: Path) -> None:
+def test_a_killed_rank_is_replaced_and_one_that_left_is_not(tmp_path: Path) -> None:
     j = job(tmp_path)
     j.on_exit(RankProcess(rank=3, process=None, exitcode=-9))
     j.on_exit(RankProcess(rank=1, process=None, exitcode=EXIT_LEFT))
-    assert set(j.replacements) == {1, 3}
+    assert set(j.replacements) == {3}
     assert all(due > time.monotonic() + 1 for due in j.replacements.values()), "after regrow_delay_s"
 
 

@@ -38,16 +38,19 @@ class TorchReconfigureParams:
     poll_ms: float = bounded(10.0, gt=0)
     """How often ``get-error`` polls the backend."""
     join_window_s: float = bounded(0.0, ge=0)
-    """After a failure, how long the coordinating survivor waits for members that neither
-    check in nor are known dead (a stalled rank). 0: the process-group timeout plus 1 s
-    unless ``notify = "abandon"`` (a survivor blocked behind another checks in only at its
-    own timeout, and must not be taken for a stalled rank), else 0.5 s."""
+    """After a failure, how long the agreement on the next world waits for members that
+    neither check in nor are known dead (a stalled rank), counted from the last check-in
+    or reported death. 0: the process-group timeout plus 1 s unless ``notify =
+    "abandon"`` (a survivor blocked behind another checks in only at its own timeout, and
+    must not be taken for a stalled rank), else 0.5 s."""
     reconfigure_timeout_s: float = bounded(30.0, gt=0)
     """``timeout`` of ``dist._reconfigure``: how long it waits for every listed peer."""
     regrow: bool = False
     """Start a replacement for each rank that died; it creates its group with
     ``enable_reconfigure``, publishes its handle and joins the running world at a step
-    boundary, taking its state from a live peer (time to full strength)."""
+    boundary, taking its state from a live peer (time to full strength). A rank left out
+    of the next world (it saw the failure after the agreement closed) rejoins the same
+    way, in its own process."""
     regrow_delay_s: float = bounded(1.0, ge=0)
     """How long after a rank's death its replacement is started (a scheduler's delay)."""
 
@@ -55,7 +58,7 @@ class TorchReconfigureParams:
 def check(scenario: Scenario, file: str) -> None:
     """A join window the user sets must outlast the process-group timeout unless survivors
     are told out of band (``abandon``): otherwise a survivor blocked behind another, which
-    checks in only at its own timeout, is taken for a stalled rank and evicted."""
+    checks in only at its own timeout, is taken for a stalled rank and left out."""
     params: TorchReconfigureParams = scenario.recovery.params
     if params.join_window_s and params.notify != "abandon" and params.join_window_s <= scenario.workload.pg_timeout_s:
         raise ConfigError(
