@@ -166,18 +166,23 @@ COORDINATORS: dict[str, Coordinator] = {
                 Op("abort", "member 0 posts the abort key; every member's watcher (its own connection) sees it"),
                 Op(
                     "agree",
-                    "one member is dead (the supervisor wrote dead/<id>); the others check in and wait for the "
-                    "coordinating member to publish the next world (Membership.next_world)",
+                    "one member is dead (reported as the supervisor reports a reaped rank: dead/<id>, the deaths "
+                    "log and counter); the others check in (append, add) and wait for the next world, which the "
+                    "first to check in publishes, as a change, once every member is here or dead "
+                    "(Membership.next_world); every live member must be in it",
                     victim=True,
                 ),
                 Op(
                     "resume",
-                    "the next world agrees on the step to resume after (Membership.agree_on_step)",
+                    "the next world agrees on the step to resume after: rank 0 reads every committed step with one "
+                    "multi_get and writes the decision once; the others wait for it (Membership.agree_on_step)",
                     victim=True,
                 ),
                 Op(
                     "handles",
-                    "torch-reconfigure's handle exchange in the next world (Membership.exchange_handles)",
+                    "torch-reconfigure's handle exchange in the next world: rank 0 gathers every handle with one "
+                    "multi_get into one value, which each member reads from the store or from a member that relays "
+                    "it (a tree of fan-out 32; Membership.exchange_handles)",
                     victim=True,
                 ),
             ),

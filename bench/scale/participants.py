@@ -19,7 +19,7 @@ import datetime
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.distributed as dist
 
@@ -285,24 +285,48 @@ class NVRxRank(Participant):
 
 class Member(Participant):
     """A rank of reinit or torch-reconfigure: ftbench's :class:`Membership` on the job's
-    store, and a second client for the abort watch (as ``bench.rank.abortable.Watch``)."""
+    store, as the strategies run it, and a second client for the abort watch (as
+    ``bench.rank.abortable.Watch``). Its victim is reported dead as the supervisor
+    reports a reaped rank."""
+
+    worlds: ClassVar[dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+    """Per point size: every member, and every member but the victim (one tuple for all
+    the participants of a process: building N of them in N threads is O(N²) work of the
+    harness's own)."""
+
+    @staticmethod
+    def handle(index: int, size: int) -> str:
+        """Member ``index``'s stand-in reconfigure handle, ``size`` bytes, its id first."""
+        return f"{index:08d}".ljust(size, "h")
 
     def setup(self) -> None:
         from bench.rank.membership import Membership
+        from bench.rank.relay import local_address
 
         self.store: Any = self.client()
         self.watch: Any = self.client()
-        window = float(self.ctx.knobs.get("join_window_s", 5.0))
-        self.membership = Membership(self.store, me=self.index, join_window_s=window, timeout_s=self.ctx.deadline_s)
+        window = float(self.ctx.knobs.get("join_window_s", 0.5))
+        self.membership = Membership(
+            self.store,
+            me=self.index,
+            join_window_s=window,
+            timeout_s=self.ctx.deadline_s,
+            relay_host=local_address(self.ctx.host),
+        )
 
     def _worlds(self) -> tuple[Any, Any]:
         from bench.rank.policy import World
 
-        everyone = tuple(range(self.ctx.n))
-        survivors = tuple(m for m in everyone if m != self.ctx.victim)
+        n = self.ctx.n
+        if n not in self.worlds:
+            everyone = tuple(range(n))
+            self.worlds[n] = everyone, everyone[: self.ctx.victim] + everyone[self.ctx.victim + 1 :]
+        everyone, survivors = self.worlds[n]
         return World(gen=0, members=everyone, me=self.index), World(gen=1, members=survivors, me=self.index)
 
     def run(self, op: str) -> None:
+        from bench.rank.membership import Left
+
         m = self.membership
         first, second = self._worlds()
         if op == "abort":
@@ -314,23 +338,34 @@ class Member(Participant):
         elif op == "agree":
             m.report_failure(0, "scale", "a member died")
             nxt = m.next_world(first)
-            if nxt is None or nxt.members != second.members:
-                raise RuntimeError(f"next world {None if nxt is None else len(nxt.members)} members, not {second.size}")
+            # Every member but the victim is alive: the next world must hold each of them.
+            if isinstance(nxt, Left):
+                raise RuntimeError(f"live member {self.index} left out of the next world ({nxt.why})")
+            if nxt.members != second.members:
+                lost = sorted(set(second.members) - set(nxt.members))[:5]
+                raise RuntimeError(f"a next world of {nxt.size}, not {second.size}: live members {lost} left out")
         elif op == "resume":
             resume, _ = m.agree_on_step(second, 100)
             if resume != 101:
                 raise RuntimeError(f"resume after {resume - 1}, not 100")
         elif op == "handles":
-            handle = f"{self.index:08d}".ljust(int(self.ctx.knobs.get("handle_bytes", 32)), "h")
-            handles = m.exchange_handles(second, handle, self.ctx.timeout)
+            size = int(self.ctx.knobs.get("handle_bytes", 32))
+            handles = m.exchange_handles(second, self.handle(self.index, size), self.ctx.timeout)
             if len(handles) != second.size:
                 raise RuntimeError(f"{len(handles)} handles, not {second.size}")
+            # Every member's handle in rank order: checked at a spread of places (all of
+            # them would be N² work of the harness's own at 16K members).
+            places = {0, second.size - 1, second.group_rank, *(self.index * k % second.size for k in (3, 7, 31))}
+            wrong = [p for p in sorted(places) if handles[p] != self.handle(second.members[p], size)]
+            if wrong:
+                raise RuntimeError(f"wrong handles at group ranks {wrong[:5]}")
         else:
             raise ValueError(op)
 
     def kill(self) -> None:
-        # What ftbench's supervisor writes when it reaps a rank (bench/jobs/supervisor.py).
-        self.store.set(f"dead/{self.index}", "1")
+        from bench.rank.deaths import report_death
+
+        report_death(self.store, self.index, -9)  # as the supervisor reports a SIGKILLed rank it reaped
         self.close()
 
     def close(self) -> None:
