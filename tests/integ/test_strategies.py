@@ -1,4 +1,5 @@
-"""One short real trial of torchrun restart and of reinit growing back to full size."""
+"""One short real trial of torchrun restart, of reinit growing back to full size, and of
+a stalled reinit rank that rejoins in its own process after the survivors left it out."""
 
 from __future__ import annotations
 
@@ -56,6 +57,33 @@ reference = true
 """
 
 
+REJOIN = """
+name = "rejoin"
+[workload]
+kind = "ddp"
+world_size = 3
+# the survivors must still be training when the stalled rank wakes (8 s after the stall)
+steps = 2000
+pg_timeout_s = 3
+[[faults]]
+kind = "stall"
+duration_s = 8
+target = { ranks = [1] }
+trigger = { at_step = 30 }
+[recovery]
+strategy = "reinit"
+[recovery.reinit]
+regrow = true
+regrow_delay_s = 0.2
+[measure]
+trials = 1
+deadline_s = 120
+# Forked ranks: this test is about recovery, not about how ranks start.
+[launch]
+start_method = "forkserver"
+"""
+
+
 @pytest.mark.timeout(150)
 def test_restart_resumes_from_the_last_checkpoint(run_scenario) -> None:
     report = run_scenario(RESTART)
@@ -87,3 +115,24 @@ def test_reinit_grows_back_to_full_strength(run_scenario) -> None:
     finals = [e for e in events if e["event"] == "train_end"]
     assert {e["world_size"] for e in finals} == {3} and len(finals) == 3
     assert not math.isnan(r["goodput"])
+
+
+@pytest.mark.timeout(180)
+def test_a_stalled_rank_left_out_rejoins_in_its_own_process(run_scenario) -> None:
+    """An 8 s SIGSTOP against a 3 s timeout: the survivors agree on a world without the
+    stalled rank; when it wakes it learns it was left out and why, and, the job taking
+    joiners, rejoins at a step boundary as the same process: no replacement is started."""
+    report = run_scenario(REJOIN)
+    (r,) = rows(report)
+    assert r["outcome"] == "recovered", r
+    events = read_events(next((report.rundir.path / "events").glob("*/0")))
+    (stalled,) = next(e["pids"] for e in events if e["event"] == "inject")
+    mine = [e for e in events if e.get("pid") == stalled]
+    (evicted,) = [e for e in mine if e["event"] == "evicted"]
+    assert evicted["why"] == "silent" and evicted["rejoin"] is True, evicted
+    assert any(e["event"] == "join_request" for e in mine)
+    assert not [e for e in events if e["event"] == "replacement_started"]
+    finals = [e for e in events if e["event"] == "train_end"]
+    assert {e["world_size"] for e in finals} == {3} and len(finals) == 3
+    assert stalled in {e["pid"] for e in finals}, "the stalled process itself trained to the end"
+    assert r["ttd_s"] < r["ttfs_s"]
