@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import datetime
 import math
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -48,7 +45,7 @@ def member(
     return Membership(client(server), me=me, join_window_s=window_s, timeout_s=DEADLINE_S, fanout=fanout)
 
 
-def together(work: Callable[[int], Any], ids: list[int], *, deadline_s: float = DEADLINE_S) -> dict[int, Any]:
+def together(work: Callable[[int], Any], ids: list[int]) -> dict[int, Any]:
     """``work(id)`` for every id, each in a thread of its own, at once; every result."""
     results: dict[int, Any] = {}
     errors: list[BaseException] = []
@@ -63,7 +60,7 @@ def together(work: Callable[[int], Any], ids: list[int], *, deadline_s: float = 
     for t in threads:
         t.start()
     for t in threads:
-        t.join(deadline_s)
+        t.join(DEADLINE_S)
     assert not errors, errors[:3]
     assert set(results) == set(ids), f"no result from {set(ids) - set(results)}"
     return results
@@ -316,73 +313,3 @@ def test_a_member_whose_parent_never_listened_watches_the_store(server: dist.TCP
     assert orphan.parent is None
     member(server, 0).report_failure(0, "exit", "rank 3 died")
     assert orphan.wait(DEADLINE_S) is not None and len(connects) == 1
-
-
-def largest_size() -> int:
-    """The most members this machine holds as threads of one process, each with its own
-    store connection to a store in another process (descriptors and thread ids, with a
-    margin for everything else), up to the largest size ``ftbench scale --full``
-    measures."""
-    from bench.scale import system
-    from bench.scale.spec import FULL_SIZES
-
-    system.raise_fd_limit()
-    pid_max, used = system.thread_ids()
-    room = min(system.fd_limit() - 512, pid_max - used - 2_000)
-    return max(n for n in FULL_SIZES if n <= room)
-
-
-@contextmanager
-def store_process() -> Iterator[int]:
-    """A store server in a process of its own (its descriptors are not the test's); its port."""
-    code = (
-        "import sys, time; from bench.procs.store import bound_store; from bench.scale import system; "
-        "system.raise_fd_limit(); s = bound_store('127.0.0.1', timeout_s=3600, backlog=4096); "
-        "print(s.port, flush=True); sys.stdin.read()"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield int(proc.stdout.readline())
-    finally:
-        proc.kill()
-        proc.wait(DEADLINE_S)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_no_live_member_is_left_out_at_the_largest_size_this_machine_runs() -> None:
-    """Thousands of members, one dead: the next world holds every live member (at 4,096
-    the old protocol's 0.5 s join window closed before every survivor had checked in)."""
-    n = largest_size()
-    assert n >= 4_096, f"this machine holds {n} members: too few to say anything about scale"
-    world, victim, patience = tuple(range(n)), n - 1, datetime.timedelta(seconds=DEADLINE_S * 10)
-    previous = threading.stack_size(512 * 1024)  # address space 16K threads need not reserve
-    try:
-        with store_process() as port:
-            clients: dict[int, dist.TCPStore] = {}
-
-            def connect(start: int) -> None:
-                for i in range(start, n, 64):
-                    clients[i] = dist.TCPStore("127.0.0.1", port, None, False, timeout=patience)
-
-            pool = [threading.Thread(target=connect, args=(k,), daemon=True) for k in range(64)]
-            for t in pool:
-                t.start()
-            for t in pool:
-                t.join(patience.total_seconds())
-            assert len(clients) == n
-            report_death(clients[victim], victim, -9)
-
-            def agree(i: int) -> World | Left:
-                m = Membership(clients[i], me=i, join_window_s=0.5, timeout_s=patience.total_seconds())
-                return m.next_world(World(0, world, i))
-
-            started = time.monotonic()
-            worlds = together(agree, list(world[:-1]), deadline_s=patience.total_seconds())
-            took = time.monotonic() - started
-    finally:
-        threading.stack_size(previous)
-    left = sorted(i for i, w in worlds.items() if isinstance(w, Left))
-    assert left == [], f"{len(left)} of {n - 1} live members left out after {took:.1f} s, e.g. {left[:5]}"
-    assert {w.members for w in worlds.values() if isinstance(w, World)} == {world[:-1]}
