@@ -10,10 +10,9 @@ Why not call ``dist.all_reduce`` directly, as the stock strategies do? Two measu
 - ``pg.abort()`` does not unblock a pending gloo collective.
 
 So a collective is issued asynchronously and its caller waits on a future of ours.
-That future completes when the collective does, or fails as soon as the abort of the
-current generation is posted (watched by a thread, blocked in
-:meth:`bench.rank.membership.AbortWatch.wait` on the store or on its parent in the
-members' relay tree: no polling). DDP's reducer waits on the same
+That future completes when the collective does, or fails as soon as the abort key of
+the current generation appears in the store (watched by a thread with its own store
+connection, blocked in ``TCPStore.wait``: no polling). DDP's reducer waits on the same
 futures through a communication hook that calls :meth:`AbortableCollectives.all_reduce_async`
 (it *sums*: the workload scales its loss for that), so an abort also unblocks
 ``backward()``. This is ftbench's own design, recorded as the ``ftbench-collectives``
@@ -22,6 +21,7 @@ interposer.
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,16 +35,15 @@ from bench.rank.comm import ABORT_TAG, CollectiveError, Hook
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
-    from bench.rank.membership import AbortWatch
-
 
 @dataclass(frozen=True, slots=True)
 class Watch:
-    """How this generation's abort reaches this rank."""
+    """Where the abort key of a generation lives."""
 
-    abort: AbortWatch
+    store: Any
+    """A store client used by the watcher thread only (a blocking wait holds its socket)."""
+    key: str
     timeout_s: float
-    """The watch's deadline (the trial's)."""
 
 
 class AbortableCollectives:
@@ -162,9 +161,12 @@ class AbortableCollectives:
             out.set_result(value)
 
     def _watch(self, watch: Watch) -> None:
-        reason = watch.abort.wait(watch.timeout_s)
-        if reason is not None:  # else the watch timed out (trial deadline) or the store is gone
-            self.abort(f"{ABORT_TAG}: {reason}")
+        try:
+            watch.store.wait([watch.key], datetime.timedelta(seconds=watch.timeout_s))
+            reason = watch.store.get(watch.key).decode(errors="replace")
+        except Exception:
+            return  # the watch timed out (trial deadline) or the store is gone
+        self.abort(f"{ABORT_TAG}: {reason}")
 
 
 def _fail(fut: torch.futures.Future[torch.Tensor], error: CollectiveError) -> None:

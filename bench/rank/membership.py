@@ -6,11 +6,9 @@ costs a member O(1) requests, whatever N, and the store O(N) bytes (O(N log N) f
 handles), which ``ftbench scale`` measures (coordinator ``membership``):
 
 1. **abort**: a rank whose collective fails publishes ``g<gen>/abort`` (first writer
-   wins). Every rank of the generation learns it (:class:`AbortWatch`) and stops
+   wins). Every rank of the generation watches that key (``abortable.py``) and stops
    waiting on its collectives at once: nobody sits in a process-group timeout because a
-   peer two hops away died. Group rank 0 and the root's children in the relay tree
-   (every member, up to 32) wait on the key itself; a deeper member hears it from its
-   parent in the tree, so the store holds one connection per member, not two.
+   peer two hops away died.
 2. **agree**: each survivor checks in: it appends its id to ``g<gen>/here``, then counts
    itself in ``g<gen>/nhere``. The first to count itself decides; the second stands by
    (it decides too if the first has not published by its own deadline, which is how a
@@ -62,7 +60,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,13 +103,6 @@ class Membership:
         self.relay_host = relay_host
         """Where this member serves the handles to its children (on the route to the store)."""
         self.fanout = fanout
-        self._herald: relay.Herald | None = None
-
-    def herald(self) -> relay.Herald:
-        """This member's relay of aborts to its children (made the first time it has any)."""
-        if self._herald is None:
-            self._herald = relay.Herald(self.relay_host)
-        return self._herald
 
     @staticmethod
     def abort_key(gen: int) -> str:
@@ -286,47 +277,6 @@ class Membership:
                 self.store.delete_key(dead_key(j))  # the id lives again, in a new process
             self._publish(world, added=[j for j in dict.fromkeys(joiners) if j not in world.members])
         return self._apply(world, self._read(f"g{g}/next", self.timeout))
-
-
-class AbortWatch:
-    """One member's watch of its generation's abort, armed when the generation's group is
-    formed (step 1 of the protocol): group rank 0 and the root's children in the relay
-    tree wait on the abort key with a store connection (``connect``, called by the
-    waiting thread: a blocking wait holds its connection); a deeper member
-    hears the abort from its parent (:class:`~bench.rank.relay.Herald`), and a member
-    with children tells them as soon as it knows. If its parent has not published where
-    it listens within ``settle_s`` (it died while the group formed), or goes away before
-    the abort, a member watches the store itself."""
-
-    def __init__(self, membership: Membership, world: World, connect: Callable[[], Any], *, settle_s: float) -> None:
-        m, g, rank = membership, world.gen, world.group_rank
-        self.gen, self.key, self.connect = g, Membership.abort_key(g), connect
-        self.herald = m.herald() if rank and relay.children(rank, m.fanout, world.size) else None
-        if self.herald is not None:
-            m.store.set(f"g{g}/herald/{rank}", self.herald.address)
-        up = relay.parent(rank, m.fanout) if rank else 0
-        self.parent: str | None = None
-        if up:
-            try:
-                self.parent = m._read(f"g{g}/herald/{up}", datetime.timedelta(seconds=settle_s)).decode()
-            except RuntimeError:  # the store's timeout (DistStoreError): no parent to hear from
-                self.parent = None
-
-    def wait(self, timeout_s: float) -> str | None:
-        """Block until the generation's abort; its reason, or None at ``timeout_s`` (or
-        if the store is gone). Told to this member's children first."""
-        deadline = time.monotonic() + timeout_s
-        heard = relay.hear(self.parent, self.gen, timeout_s) if self.parent is not None else None
-        if heard is None:  # a watcher of the store, or its parent went away
-            try:
-                store = self.connect()
-                store.wait([self.key], datetime.timedelta(seconds=max(0.0, deadline - time.monotonic())))
-                heard = bytes(store.get(self.key))
-            except Exception:
-                return None  # the deadline passed, or the store is gone
-        if self.herald is not None:
-            self.herald.announce(self.gen, heard)
-        return heard.decode(errors="replace")
 
 
 def changed(members: tuple[int, ...], change: bytes) -> tuple[tuple[int, ...], dict[int, str]]:

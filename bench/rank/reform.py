@@ -23,7 +23,7 @@ from typing import Any
 from bench.procs.events import EventWriter
 from bench.rank.comm import CollectiveError, Collectives, CorruptionDetected, Hook
 from bench.rank.entry import EXIT_LEFT, RankSpec, store_client
-from bench.rank.membership import AbortWatch, Left, Membership
+from bench.rank.membership import Left, Membership
 from bench.rank.policy import Position, RankPolicy, World
 from bench.rank.relay import local_address
 from bench.rank.state import restore_from_peer
@@ -60,8 +60,7 @@ class ReformingPolicy(RankPolicy):
         super().__init__(spec, events, hooks)
         self.regrow: bool = spec.recovery.params.regrow
         self.store = store_client(spec)
-        self.watch_store: Any = None
-        self.watch_lock = threading.Lock()
+        self.watch_store = store_client(spec)
         self.membership = Membership(
             self.store,
             me=spec.rank,
@@ -81,23 +80,6 @@ class ReformingPolicy(RankPolicy):
     def form(self, world: World) -> Collectives:
         """Form ``world``'s communicator: the first one, or after a failure or a growth
         (this process may be a joiner with none yet)."""
-
-    def abort_watch(self, world: World, connect: Callable[[], Any] | None = None) -> AbortWatch:
-        """Arm this rank's watch of ``world``'s abort, once its group is formed. A watch on
-        the store itself takes ``connect``'s client (by default one the rank keeps for
-        its watches, made the first time one is needed: a rank deep in the members' relay
-        tree never needs one); a parent silent for a process-group timeout is taken for
-        dead."""
-        return AbortWatch(
-            self.membership, world, connect or self.watch_client, settle_s=self.spec.workload.pg_timeout_s
-        )
-
-    def watch_client(self) -> Any:
-        """The store connection this rank's watches wait on (a blocking wait holds it)."""
-        with self.watch_lock:
-            if self.watch_store is None:
-                self.watch_store = store_client(self.spec)
-            return self.watch_store
 
     # --- the RankPolicy contract ---------------------------------------------------------
 

@@ -159,19 +159,11 @@ COORDINATORS: dict[str, Coordinator] = {
             unit="rank",
             server="tcpstore-libuv",
             participant=f"{_P}:Member",
-            # One store connection a member; a second for the abort's own watchers of the store,
-            # rank 0 and the root's children in the relay tree (94 of 16,384: bench/rank/relay.py).
-            connections=1,
+            connections=2,
             threads=1,
-            # The store connection and the abort watch's (its parent in the tree, or the store).
             descriptors=2,
             ops=(
-                Op(
-                    "abort",
-                    "member 0 posts the abort key; every member's watch (AbortWatch) has it: the store's own "
-                    "watchers (rank 0 and the root's children in the relay tree, a connection each) from the store, "
-                    "the others from their parent in the tree",
-                ),
+                Op("abort", "member 0 posts the abort key; every member's watcher (its own connection) sees it"),
                 Op(
                     "agree",
                     "one member is dead (reported as the supervisor reports a reaped rank: dead/<id>, the deaths "

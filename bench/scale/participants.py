@@ -285,10 +285,9 @@ class NVRxRank(Participant):
 
 class Member(Participant):
     """A rank of reinit or torch-reconfigure: ftbench's :class:`Membership` on the job's
-    store and its watch of the first generation's abort (:class:`AbortWatch`, armed as a
-    rank arms it when its group is formed: a second store connection for the store's own
-    watchers, its parent in the relay tree for the others), as the strategies run them.
-    Its victim is reported dead as the supervisor reports a reaped rank."""
+    store, as the strategies run it, and a second client for the abort watch (as
+    ``bench.rank.abortable.Watch``). Its victim is reported dead as the supervisor
+    reports a reaped rank."""
 
     worlds: ClassVar[dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
     """Per point size: every member, and every member but the victim (one tuple for all
@@ -301,11 +300,11 @@ class Member(Participant):
         return f"{index:08d}".ljust(size, "h")
 
     def setup(self) -> None:
-        from bench.rank.membership import AbortWatch, Membership
+        from bench.rank.membership import Membership
         from bench.rank.relay import local_address
 
         self.store: Any = self.client()
-        self.watch: Any = None
+        self.watch: Any = self.client()
         window = float(self.ctx.knobs.get("join_window_s", 0.5))
         self.membership = Membership(
             self.store,
@@ -314,15 +313,6 @@ class Member(Participant):
             timeout_s=self.ctx.deadline_s,
             relay_host=local_address(self.ctx.host),
         )
-        first, _ = self._worlds()
-        self.abort = AbortWatch(self.membership, first, self._watch_client, settle_s=self.ctx.deadline_s)
-        if self.abort.parent is None:
-            self._watch_client()  # a watcher of the store connects now, as a rank's does before training
-
-    def _watch_client(self) -> Any:
-        if self.watch is None:
-            self.watch = self.client()
-        return self.watch
 
     def _worlds(self) -> tuple[Any, Any]:
         from bench.rank.policy import World
@@ -342,8 +332,9 @@ class Member(Participant):
         if op == "abort":
             if self.index == 0:
                 m.report_failure(0, "scale", "posted by member 0")
-            if self.abort.wait(self.ctx.deadline_s) is None:
-                raise RuntimeError("no abort heard")
+            key = m.abort_key(0)
+            self.watch.wait([key], self.ctx.timeout)
+            self.watch.get(key)
         elif op == "agree":
             m.report_failure(0, "scale", "a member died")
             nxt = m.next_world(first)

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from bench.rank.abortable import AbortableCollectives, Watch
 from bench.rank.loop import RETIRED
+from bench.rank.membership import Membership
 from bench.rank.policy import World
 from bench.rank.reform import ReformingPolicy
 from bench.strategies.reinit import ReinitParams
@@ -33,7 +34,7 @@ class Reinit(ReformingPolicy):
         self.init_group(
             gen=world.gen, rank=world.group_rank, size=world.size, store=dist.PrefixStore(f"pg{world.gen}", self.store)
         )
-        watch = Watch(abort=self.abort_watch(world), timeout_s=spec.wait_s)
+        watch = Watch(store=self.watch_store, key=Membership.abort_key(world.gen), timeout_s=spec.wait_s)
         return AbortableCollectives(
             group_rank=world.group_rank, group_size=world.size, backend=spec.backend, watch=watch, hooks=self.hooks
         )

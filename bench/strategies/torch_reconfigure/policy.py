@@ -28,7 +28,7 @@ from bench.procs.events import EventWriter
 from bench.rank.abortable import AbortableCollectives, Watch
 from bench.rank.comm import CollectiveError, Collectives, Hook, StockCollectives
 from bench.rank.entry import RankSpec, store_client
-from bench.rank.membership import AbortWatch
+from bench.rank.membership import Membership
 from bench.rank.policy import Position, World
 from bench.rank.reform import ReformingPolicy
 from bench.rank.workload import Workload
@@ -43,13 +43,12 @@ def world_group() -> dist.ProcessGroup:
 
 class Notifier:
     """For one generation: a thread that aborts torch's process group when the failure
-    is posted to the store (``abort``: ``watch``) or the backend reports an error
-    (``get-error``), unless this rank has left that generation (:meth:`leave`) first."""
+    is posted to the store (``abort``) or the backend reports an error (``get-error``),
+    unless this rank has left that generation (:meth:`leave`) first."""
 
-    def __init__(self, policy: TorchReconfigure, gen: int, watch: AbortWatch | None) -> None:
+    def __init__(self, policy: TorchReconfigure, gen: int) -> None:
         self.policy = policy
         self.gen = gen
-        self.watch = watch
         self.lock = threading.Lock()
         self.active = True
         threading.Thread(target=self._run, daemon=True, name=f"ftbench-notify-g{gen}").start()
@@ -63,9 +62,9 @@ class Notifier:
         params, spec = self.policy.params, self.policy.spec
         how = "store"
         try:
-            if self.watch is not None:
-                if self.watch.wait(spec.wait_s) is None:
-                    return  # the trial's deadline, or the store is gone
+            if params.notify == "abort":
+                client = store_client(spec)
+                client.wait([Membership.abort_key(self.gen)], datetime.timedelta(seconds=spec.wait_s))
             else:
                 backend = world_group()._get_backend(torch.device("cpu"))
                 while self.active:
@@ -123,14 +122,11 @@ class TorchReconfigure(ReformingPolicy):
         # uuid: fresh for every reconfigure of this group, the same for all its members.
         dist._reconfigure(g + 1, handles, timeout=timeout).wait()  # type: ignore[attr-defined]
         if self.params.notify == "abandon":
-            watch = Watch(abort=self.abort_watch(world), timeout_s=spec.wait_s)
+            watch = Watch(store=self.watch_store, key=Membership.abort_key(g), timeout_s=spec.wait_s)
             return AbortableCollectives(
                 group_rank=world.group_rank, group_size=world.size, backend=spec.backend, watch=watch, hooks=self.hooks
             )
-        if self.params.notify == "abort":  # a store connection of its own each generation, where one is needed
-            self.notifier = Notifier(self, g, self.abort_watch(world, lambda: store_client(spec)))
-        else:
-            self.notifier = Notifier(self, g, None) if self.params.notify == "get-error" else None
+        self.notifier = Notifier(self, g) if self.params.notify in ("abort", "get-error") else None
         return StockCollectives(
             group_rank=world.group_rank, group_size=world.size, hooks=self.hooks, interpose=spec.interpose
         )
