@@ -123,6 +123,26 @@ class Driver:
         """End every process the driver started (the forkserver is the host's)."""
         self._stop_workers()
 
+    def probe(self, name: str) -> dict[str, Any]:
+        """One of :data:`bench.scale.probes.PROBES`, in a process of the run's forkserver;
+        ``{"error": why}`` where it could not run."""
+        from bench.scale import probes
+
+        parent, child = self.ctx.Pipe()
+        p = self.ctx.Process(target=probes.main, args=(child, name), daemon=True)
+        p.start()
+        child.close()
+        try:
+            status, value = self._recv(_Proc(p, parent), START_S, f"probe {name}")
+        except (TimeoutError, RuntimeError) as err:
+            status, value = "error", str(err)
+        finally:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        return dict(value) if status == "ok" else {"error": str(value)}
+
     def _all(self, message: tuple[Any, ...] | list[tuple[Any, ...]], timeout_s: float, what: str) -> list[Any]:
         messages = message if isinstance(message, list) else [message] * len(self.workers)
         for w, m in zip(self.workers, messages, strict=True):
@@ -320,10 +340,10 @@ class Driver:
         expected = sum(len(x) for x in ids) - (1 if exclude is not None and any(exclude in x for x in ids) else 0)
         rec = Record(coordinator, op, n, rep, expected)
         self._all([("arm", op, x) for x in ids], d + 30, "arm")
-        cpu0, wire0 = system.cpu_s(pid), system.wire(port)
+        cpu0, wire0, svc0 = system.cpu_s(pid), system.wire(port), system.service(pid)
         release = time.monotonic_ns() + int(RELEASE_AHEAD_S * 1e9)
         replies = self._all(("go", release, d), d + 60, op)
-        cpu1, wire1 = system.cpu_s(pid), system.wire(port)
+        cpu1, wire1, svc1 = system.cpu_s(pid), system.wire(port), system.service(pid)
         lat, errors = [], []
         for _, results, _, _ in replies:
             for i, done_ns, err in results:
@@ -345,6 +365,11 @@ class Driver:
         if wire0 is not None and wire1 is not None:
             rec.sent_bytes, rec.received_bytes = wire1.sent - wire0.sent, wire1.received - wire0.received
             rec.connections = wire1.connections
+            rec.requests = wire1.segments_in - wire0.segments_in
+            rec.replies = wire1.segments_out - wire0.segments_out
+        if svc0 is not None and svc1 is not None:
+            rec.server_run_s = (svc1.run_ns - svc0.run_ns) / 1e9
+            rec.server_busy_s = (svc1.run_ns + svc1.wait_ns - svc0.run_ns - svc0.wait_ns) / 1e9
         return rec
 
 
