@@ -82,6 +82,11 @@ def run(spec: ScaleSpec, out: Path, progress: Callable[[str], None] = print) -> 
     try:
         driver = Driver(spec, path, host, progress=progress)
         info["resolver"] = driver.resolver_note
+        # What the model of the protocols needs beside the operations (bench/scale/probes.py).
+        info["probes"] = {"interpreter_lock": driver.probe("interpreter_lock")}
+        if "rendezvous" in spec.coordinators and not skipped("rendezvous"):
+            info["probes"]["rendezvous_state"] = driver.probe("rendezvous_state")
+        rundir.write_info(path, info)
         for name in spec.coordinators:
             why = skipped(name)
             if why:
