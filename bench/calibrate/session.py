@@ -31,7 +31,17 @@ from bench.calibrate.reference import Loop, ReferenceTrial, run_reference_trial
 from bench.calibrate.user import UserLoop
 from bench.procs import machine
 from bench.procs.launcher import ProcessHost
-from bench.results.agreement import AGREES, CANNOT_TELL, DISAGREES, MIN_VALUES, WORDS, Agreement, judge, status
+from bench.results.agreement import (
+    AGREES,
+    BY_STATUS,
+    CANNOT_TELL,
+    DISAGREES,
+    MIN_VALUES,
+    WORDS,
+    Agreement,
+    judge,
+    status,
+)
 from bench.results.gate import PASS, REGRESSION
 from bench.results.stats import Interval, median, median_difference_ci
 from bench.results.summary import point_stats
@@ -164,7 +174,7 @@ def calibrate(
                 "tolerance": {"abs_s": tolerance.abs_s, "rel": tolerance.rel},
                 "probes": report.probes,
                 "comparisons": [_jsonable(c) for c in report.comparisons],
-                "verdict": WORDS[report.exit_status].lower(),
+                "verdict": BY_STATUS[report.exit_status],
                 "exit_status": report.exit_status,
             },
         )

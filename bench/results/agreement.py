@@ -45,9 +45,11 @@ on the tolerance's edge, where more trials narrow the interval without moving it
 edge. 100 rounds of the default calibration set are a night's run on two cores (about
 4 min a round)."""
 
+BY_STATUS: dict[int, Verdict] = {PASS: AGREES, REGRESSION: DISAGREES, INSUFFICIENT: CANNOT_TELL}
+"""The whole run's verdict by its exit status, in the rows' words (for run.json)."""
 WORDS = {PASS: "agrees", REGRESSION: "DISAGREES", INSUFFICIENT: "CANNOT TELL YET"}
-"""The whole run's verdict by exit status, in the gate's words' shape (pass, REGRESSION,
-INSUFFICIENT DATA)."""
+"""The same, printed in the shape of the gate's last line (pass, REGRESSION, INSUFFICIENT
+DATA)."""
 
 
 @dataclass(frozen=True, slots=True)
