@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from bench.report.series import Series
+from bench.results.agreement import judge
 from bench.results.reader import Run
 from bench.results.stats import describe, median
 from bench.scenario.figures import FAULT_FIGURES, figure, phase_name
@@ -200,18 +201,20 @@ def calibration(cal: dict[str, Any]) -> pd.DataFrame:
     """One row per case and figure, and one per instrument probe."""
     rows = []
     for c in cal.get("comparisons", []):
-        show = seconds if c.get("unit", "s") == "s" else (lambda v: f"{v:.1f} steps")
+        show = seconds if c.get("unit", "s") == "s" else (lambda v: "-" if math.isnan(v) else f"{v:.1f} steps")
+        num = {k: math.nan if c.get(k) is None else float(c[k]) for k in _CALIBRATION_NUMBERS}
+        n = min(c["n_bare"], c["n_ftbench"])
         rows.append(
             {
                 "case": c["case"],
                 "figure": c["figure"],
-                "n": min(c["n_bare"], c["n_ftbench"]),
-                "reference": show(c["bare_median_s"]),
-                "ftbench": show(c["ftbench_median_s"]),
-                "diff": show(c["diff_s"]),
-                "95 % CI of diff": f"[{show(c['ci_low_s'])}, {show(c['ci_high_s'])}]",
-                "tolerance": show(c["tolerance_s"]),
-                "verdict": "ok" if c["ok"] else "OUT OF BOUNDS",
+                "n": n,
+                "reference": show(num["bare_median_s"]),
+                "ftbench": show(num["ftbench_median_s"]),
+                "diff": show(num["diff_s"]),
+                "95 % CI of diff": f"[{show(num['ci_low_s'])}, {show(num['ci_high_s'])}]",
+                "tolerance": show(num["tolerance_s"]),
+                "verdict": _calibration_verdict(c, num, n),
             }
         )
     for name, p in (cal.get("probes") or {}).items():
@@ -224,6 +227,21 @@ def calibration(cal: dict[str, Any]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+_CALIBRATION_NUMBERS = ("bare_median_s", "ftbench_median_s", "diff_s", "ci_low_s", "ci_high_s", "tolerance_s")
+"""A comparison's numbers in run.json (None where a side had no value)."""
+
+
+def _calibration_verdict(c: dict[str, Any], num: dict[str, float], n: int) -> str:
+    """The verdict the run recorded; for a run made before verdicts were recorded (its
+    comparisons carry ``ok``, the median's old pass/fail), the verdict its interval gives
+    by today's rule, so that old and new runs read alike."""
+    if "verdict" in c:
+        note = c.get("verdict_note")
+        return str(c["verdict"]) + (f" ({note})" if note else "")
+    a = judge(num["diff_s"], num["ci_low_s"], num["ci_high_s"], num["tolerance_s"], n)
+    return a.verdict + (f" ({a.note()})" if a.note() else "")
 
 
 def host_clocks(runs: list[Run]) -> pd.DataFrame | None:
