@@ -19,8 +19,12 @@ imports the modules they belong to (nothing heavy is imported on its account):
 - ``pg_ready`` (and ``reconfigured`` for a later generation): ``init_process_group``
   returned; ``pg_destroyed``;
 - the elastic agents of torchrun and NVRx's ``ft_launcher``: four lifecycle methods of
-  the agent wrapped with events, their behaviour unchanged (:func:`instrument_agent`,
-  which ftbench's own restart strategies use too);
+  the agent wrapped with events, their behaviour unchanged
+  (:mod:`ftbench_probe_agents`, which ftbench's own restart strategies use too);
+- ``model_wrapped`` (DDP's or FSDP's construction returned) and ``restore_start`` /
+  ``restore_end`` (around ``torch.load`` and DCP's load), with the generation they
+  belong to: what a restarted job does between its new process group and its first
+  step (:mod:`ftbench_probe_phases`);
 - torchft's Manager: each quorum it joins and each commit vote;
 - ``proc_start`` and ``proc_exit`` (atexit) of every rank process, which is the process
   whose environment says ``RANK`` (a child of a rank that inherits its ``RANK``, such as
@@ -45,6 +49,15 @@ import time
 from collections.abc import Callable, Sequence
 from types import ModuleType, TracebackType
 from typing import Any
+
+# The modules beside this one: top-level names in a job's interpreter, where this folder
+# is on PYTHONPATH; the package's in the harness, which imports the probe from bench/.
+if __package__:
+    from . import ftbench_probe_agents as agents
+    from . import ftbench_probe_phases as phases
+else:
+    import ftbench_probe_agents as agents  # type: ignore[import-not-found, no-redef]
+    import ftbench_probe_phases as phases  # type: ignore[import-not-found, no-redef]
 
 DIR_ENV = "FTBENCH_PROBE_DIR"
 """The events folder; the probe does nothing where it is unset."""
@@ -75,7 +88,7 @@ COLLECTIVES = (
 """``torch.distributed`` calls whose exceptions the probe records (a job's own
 collectives; DDP's and FSDP's come out of ``backward``)."""
 
-Emit = Callable[..., Any]
+Emit = agents.Emit
 
 
 class Probe:
@@ -272,52 +285,6 @@ def watch_after(module: Any, name: str, then: Callable[[Any, tuple[Any, ...], di
     setattr(module, name, call)
 
 
-def instrument_agent(cls: type, emit: Emit, failed_states: Sequence[Any]) -> None:
-    """Wrap a torchelastic agent's lifecycle methods with events; behaviour unchanged.
-
-    ``detect`` (how ``agent_monitor``) on the first monitor pass that finds the worker
-    group in one of ``failed_states`` (each launcher has its own ``WorkerState``: torch's,
-    or NVRx's vendored copy), naming the launcher's own root cause (the failure with the
-    smallest timestamp, as its error report does); ``teardown_start``/``teardown_end``
-    around stopping the workers; ``rendezvous_start``/``rendezvous_end`` (with the
-    restarts left); ``workers_started`` with the new workers' pids.
-    """
-    failing = {"now": False}
-
-    def around(name: str, before: str | None, after: Callable[[Any, Any], None]) -> None:
-        original = getattr(cls, name)
-        if getattr(original, "_ftbench_wrapped", False):
-            return
-
-        @functools.wraps(original)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if before:
-                emit(before)
-            result = original(self, *args, **kwargs)
-            after(self, result)
-            return result
-
-        wrapper._ftbench_wrapped = True  # type: ignore[attr-defined]
-        setattr(cls, name, wrapper)
-
-    def monitored(_agent: Any, result: Any) -> None:
-        bad = result.state in failed_states
-        if bad and not failing["now"]:
-            failures = {str(rank): f.exitcode for rank, f in result.failures.items()}
-            first = min(result.failures, key=lambda r: result.failures[r].timestamp) if result.failures else None
-            emit("detect", how="agent_monitor", state=result.state.name, failures=failures, first_failure=first)
-        failing["now"] = bad
-
-    around("_monitor_workers", None, monitored)
-    around("_stop_workers", "teardown_start", lambda _a, _r: emit("teardown_end"))
-    around(
-        "_rendezvous",
-        "rendezvous_start",
-        lambda agent, _r: emit("rendezvous_end", remaining_restarts=getattr(agent, "_remaining_restarts", None)),
-    )
-    around("_start_workers", None, lambda _a, ids: emit("workers_started", pids=list(ids.values())))
-
-
 # -- hooks, put in as the job imports their modules -----------------------------------
 
 
@@ -374,13 +341,24 @@ def _agent_emit() -> Emit:
 def _on_torch_agent(module: ModuleType) -> None:
     from torch.distributed.elastic.agent.server.api import WorkerState
 
-    instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
+    agents.instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
 
 
 def _on_nvrx_agent(module: ModuleType) -> None:
     from nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat.agent.server.api import WorkerState
 
-    instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
+    agents.instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
+
+
+def _phase_event(event: str, **fields: Any) -> None:
+    """An event of a rank's build or restore (:mod:`ftbench_probe_phases`), stamped with
+    the generation it belongs to."""
+    if PROBE is not None and PROBE.rank is not None:
+        PROBE.emit(event, gen=PROBE.gen, **fields)
+
+
+def _phase_hook(hook: Callable[[ModuleType, Emit], None]) -> Callable[[ModuleType], None]:
+    return lambda module: hook(module, _guarded(_phase_event))
 
 
 def _on_torchft(module: ModuleType) -> None:
@@ -428,6 +406,7 @@ HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "torch.distributed.elastic.agent.server.local_elastic_agent": _on_torch_agent,
     "nvidia_resiliency_ext.fault_tolerance.launcher": _on_nvrx_agent,
     "torchft.manager": _on_torchft,
+    **{name: _phase_hook(hook) for name, hook in phases.HOOKS.items()},
 }
 
 
