@@ -215,10 +215,9 @@ def run(
     table = first_table(load(report.rundir.path))
     if table:
         click.echo(table + "\n")
+        click.echo("Medians of the trials that have each figure; (n): only n of the point's trials have it; -: none.")
         click.echo(
-            "Medians of the trials that have each figure; (n): only n of the point's trials have it; -: it does not "
-            "exist for that outcome. ttd + the phases = downtime."
-            + ("" if all_figures else " Every figure: --all-figures, ftbench report, trials.csv.")
+            "ttd + the phases = downtime." + ("" if all_figures else " Every figure: --all-figures, ftbench report.")
         )
     for label, why in report.skipped.items():
         click.echo(f"skipped {label}: {why}")
