@@ -5,7 +5,8 @@ ftbench puts this file's folder first on the job's ``PYTHONPATH`` with the
 Python process of the job (a launcher's agent, its workers, their restarts) then runs
 :func:`start` before the job's own code, which imports nothing of ftbench. The probe
 uses only what Python and torch expose to anyone, and puts its hooks in as the job
-imports the modules they belong to (nothing heavy is imported on its account):
+imports the modules they belong to (:mod:`ftbench_probe_imports`; nothing heavy is
+imported on its account):
 
 - ``step_end``: torch's global optimizer step hook (``register_optimizer_step_post_hook``),
   once per step of the first optimizer that steps in the process; ``count`` is the
@@ -25,7 +26,8 @@ imports the modules they belong to (nothing heavy is imported on its account):
   ``restore_end`` (around ``torch.load`` and DCP's load), with the generation they
   belong to: what a restarted job does between its new process group and its first
   step (:mod:`ftbench_probe_phases`);
-- torchft's Manager: each quorum it joins and each commit vote;
+- torchft's Manager: each quorum it joins and each commit vote
+  (:mod:`ftbench_probe_torchft`);
 - ``proc_start`` and ``proc_exit`` (atexit) of every rank process, which is the process
   whose environment says ``RANK`` (a child of a rank that inherits its ``RANK``, such as
   a data-loader worker, is not one).
@@ -39,14 +41,12 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -54,10 +54,14 @@ from typing import Any
 # is on PYTHONPATH; the package's in the harness, which imports the probe from bench/.
 if __package__:
     from . import ftbench_probe_agents as agents
+    from . import ftbench_probe_imports as imports
     from . import ftbench_probe_phases as phases
+    from . import ftbench_probe_torchft as manager_watch
 else:
     import ftbench_probe_agents as agents  # type: ignore[import-not-found, no-redef]
+    import ftbench_probe_imports as imports  # type: ignore[import-not-found, no-redef]
     import ftbench_probe_phases as phases  # type: ignore[import-not-found, no-redef]
+    import ftbench_probe_torchft as manager_watch  # type: ignore[import-not-found, no-redef]
 
 DIR_ENV = "FTBENCH_PROBE_DIR"
 """The events folder; the probe does nothing where it is unset."""
@@ -362,39 +366,15 @@ def _phase_hook(hook: Callable[[ModuleType, Emit], None]) -> Callable[[ModuleTyp
 
 
 def _on_torchft(module: ModuleType) -> None:
-    """torchft's Manager: each new quorum it joins, each commit vote, and each error
-    reported to it (torchft's DDP and Manager catch a failed collective and report it
-    there instead of raising: that report is the survivor's detection; an error found
-    only when the step asks for its commit, is recorded as should_commit returns)."""
-    seen = {"quorum": None}
+    def emit(event: str, **fields: Any) -> None:
+        if PROBE is not None:
+            PROBE.emit(event, **fields)
 
-    def voted(result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        if PROBE is None:
-            return
-        PROBE.emit("commit", ok=bool(result))
-        errored = getattr(args[0], "_errored", None) if args else None
-        original = getattr(errored, "original_exception", None)
-        if not result and isinstance(original, BaseException):
-            PROBE.raised(original, "torchft_should_commit")
+    def raised(exc: BaseException, site: str) -> None:
+        if PROBE is not None:
+            PROBE.raised(exc, site)
 
-    def quorum(_result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        # Read the Manager's own fields: its accessors wait on the quorum, which is the
-        # method watched here.
-        manager = args[0] if args else None
-        quorum_id = getattr(manager, "_quorum_id", None)
-        if PROBE is not None and quorum_id != seen["quorum"]:
-            seen["quorum"] = quorum_id
-            PROBE.emit(
-                "quorum", quorum_id=quorum_id, replicas=getattr(manager, "_participating_replica_world_size", None)
-            )
-
-    def reported(_result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        if PROBE is not None and len(args) > 1 and isinstance(args[1], BaseException):
-            PROBE.raised(args[1], "torchft_report_error")
-
-    watch_after(module.Manager, "should_commit", voted)
-    watch_after(module.Manager, "wait_quorum", quorum)
-    watch_after(module.Manager, "report_error", reported)
+    manager_watch.watch_manager(module.Manager, _guarded(emit), _guarded(raised), watch_after)
 
 
 HOOKS: dict[str, Callable[[ModuleType], None]] = {
@@ -408,46 +388,6 @@ HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "torchft.manager": _on_torchft,
     **{name: _phase_hook(hook) for name, hook in phases.HOOKS.items()},
 }
-
-
-class _Loader(importlib.abc.Loader):
-    """The module's own loader, then the probe's hook for it."""
-
-    def __init__(self, inner: importlib.abc.Loader, hook: Callable[[ModuleType], None]) -> None:
-        self.inner, self.hook = inner, hook
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)
-        _guarded(self.hook)(module)
-
-    def __getattr__(self, name: str) -> Any:
-        """Everything else is the module's own loader's (``get_source``, ``is_package``...)."""
-        return getattr(self.inner, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: hands the modules the probe hooks to their own loaders,
-    wrapped so the hook runs once the module is loaded."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        hook = HOOKS.get(fullname)
-        if hook is None or PROBE is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target) if find else None
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _Loader(spec.loader, hook)
-                return spec
-        return None
 
 
 def _excepthook(
@@ -485,13 +425,14 @@ def start() -> None:
     try:
         PROBE = Probe(directory)
         PROBE.started()
-        sys.meta_path.insert(0, _Finder())
+        guarded = {name: _guarded(hook) for name, hook in HOOKS.items()}
+        sys.meta_path.insert(0, imports.HookFinder(guarded, lambda: PROBE is not None))
         sys.excepthook = _excepthook(sys.excepthook)
         threading.excepthook = _thread_hook(threading.excepthook)
         os.register_at_fork(after_in_child=_forked)
-        for name in list(HOOKS):  # already imported (rare at start-up): hook them now
+        for name, hook in guarded.items():  # already imported (rare at start-up): hook them now
             module = sys.modules.get(name)
             if module is not None:
-                _guarded(HOOKS[name])(module)
+                hook(module)
     except Exception:
         PROBE = None
