@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pandas as pd
@@ -165,16 +165,21 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def text_table(df: pd.DataFrame) -> str:
-    """Aligned columns for a terminal."""
+def text_table(df: pd.DataFrame, right: Collection[str] = ()) -> str:
+    """Aligned columns for a terminal; the columns named in ``right`` (numbers) are
+    right-aligned, heading included, so that their digits line up."""
     if df.empty:
         return "(no rows)"
     cols = [str(c) for c in df.columns]
     cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
     width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(cols, width, strict=True)).rstrip()]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
-    return "\n".join(out)
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if c in right else v.ljust(w) for v, w, c in zip(values, width, cols, strict=True)
+        ).rstrip()
+
+    return "\n".join([line(cols), *(line(r) for r in cells)])
 
 
 def html_table(df: pd.DataFrame) -> str:

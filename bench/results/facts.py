@@ -106,11 +106,12 @@ class FaultFigures:
     (``steps: ...; detection: ...``)."""
 
     def observed_from_outside(self, blind: dict[str, str], sources: dict[str, str]) -> None:
-        """Empty the figures that cannot be known (``blind``: figure -> why), say why,
-        and say where the rest came from."""
+        """Empty the figures and phases that cannot be known (``blind``: figure or phase
+        column -> why), say why, and say where the rest came from."""
         for name in blind:
-            if name in self.figures:
-                self.figures[name] = NAN
+            for known in (self.figures, self.phases):
+                if name in known:
+                    known[name] = NAN
         self.blind = "; ".join(f"{k}: {v}" for k, v in sorted(blind.items()))
         self.sources = "; ".join(f"{k}: {v}" for k, v in sources.items())
 

@@ -238,7 +238,9 @@ PHASE = Figure(
     name="phase_<name>_s",
     unit="s",
     better="lower",
-    meaning="one phase of the downtime: detect, the strategy's own phases, catch-up; they add up to downtime_s",
+    meaning="one phase of the downtime: detect, the strategy's own phases (each from the boundary before it in "
+    "time to its own), catch-up (the rest, to the first good step; a command job's: only the steps it lost); they "
+    "add up to downtime_s",
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.probe.site.ftbench_probe import instrument_agent
+from bench.probe.site.ftbench_probe_agents import instrument_agent
 from bench.results.derive import fault_figures
 from bench.scenario.config import ConfigError
 from bench.scenario.loader import parse
