@@ -47,13 +47,16 @@ import numpy as np
 
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import Choice, ModelName
+from bench.project.gpu import GPU_PARTS, Cost
+from bench.project.gpu import lost as gpu_lost
 from bench.project.inputs import Band, Inputs
 from bench.project.source import CATCHUP, PointFigures
 from bench.scale import growth
 from bench.scenario.figures import phase_name
 
-#: Parts of the lost time, in the order tables list them.
-PARTS = ("detect", "recover", "replay", "degraded", "checkpoint", "tax")
+#: Parts of the lost time, in the order tables list them (the GPU phases assumed from
+#: published figures after the measured recovery: :mod:`bench.project.gpu`).
+PARTS = ("detect", "recover", *GPU_PARTS, "replay", "degraded", "checkpoint", "tax")
 BAND = (5.0, 95.0)
 UNMEASURED = "constant (not measured at other sizes)"
 #: The phase a state fit replaces: the recovery's state transfer.
@@ -140,6 +143,8 @@ class Cell:
     tau_how: str
     shares: dict[str, float] = field(default_factory=dict)
     """Share of wall time of each part (PARTS)."""
+    gpu: dict[str, Cost] = field(default_factory=dict)
+    """The GPU phases the stack pays at this size (empty with ``gpu_phases = false``)."""
 
 
 @dataclass
@@ -288,8 +293,11 @@ def project(
             shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]]) + extra
         b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
         b_parts = lost_parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
+        b_parts.update(gpu_lost(point, cluster, n, at_size(point, b_mean, b_shifts))[0])
         boot = effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
         parts = lost_parts(point, mean, deg, shifts, n, cluster, tau)
+        gpu_parts, gpu_costs = gpu_lost(point, cluster, n, at_size(point, mean, shifts))
+        parts.update(gpu_parts)
         eff, shares = effective(parts, rate, tau, delta, t_value)
         e = float(eff[0])
         low, high = (float(x) for x in np.percentile(boot, BAND)) if replicates else (e, e)
@@ -304,9 +312,15 @@ def project(
                 tau_s=tau,
                 tau_how=how,
                 shares={k: float(v[0]) for k, v in shares.items()},
+                gpu=gpu_costs,
             )
         )
     return proj
+
+
+def at_size(point: PointFigures, mean: np.ndarray, shifts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each phase's seconds at the cluster size, per row (as :func:`lost_parts` counts them)."""
+    return {ph: np.maximum(0.0, mean[:, i] + shifts.get(ph, 0.0)) for i, ph in enumerate(point.phases)}
 
 
 def fmt_pct(x: float) -> str:
