@@ -10,6 +10,9 @@ costs L(N) seconds of wall time:
         measured catch-up phase (steps recomputed after recovery)
       + degraded running: (shrink / N) x seconds until the world is full again, for a
         stack that goes on with a smaller world (measured, else assumed)
+      + the GPU phases a cluster adds (communicator initialisation, a checkpoint load
+        from storage, a replacement host), assumed from published figures for the stacks
+        that pay them, beyond the run's own phase doing the same work (:mod:`bench.project.gpu`)
 
 The fraction of wall time spent training is
 
