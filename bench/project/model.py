@@ -281,6 +281,9 @@ def project(
         tau, how = cluster.interval(n, delta) if point.checkpoints else (None, "no checkpoints")
         b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
         shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
+        # What a GPU phase is credited against: each phase's own growth, not control-plane
+        # time another phase's curve adds to it (reinit's resume step lands in reconfigure).
+        b_own, own = dict(b_shifts), dict(shifts)
         for ph, s in added.items():
             b_shifts[ph] = b_shifts.get(ph, 0.0) + s.shift(b_added[ph], point.world, n)
             shifts[ph] = shifts.get(ph, 0.0) + s.shift(c_added[ph], point.world, n)
@@ -294,12 +297,13 @@ def project(
             extra = shifts[RESTORE] if on_top else 0.0
             b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at] + b_extra
             shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]]) + extra
+            b_own[RESTORE], own[RESTORE] = b_shifts[RESTORE], shifts[RESTORE]
         b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
         b_parts = lost_parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
-        b_parts.update(gpu_lost(point, cluster, n, at_size(point, b_mean, b_shifts))[0])
+        b_parts.update(gpu_lost(point, cluster, n, at_size(point, b_mean, b_own))[0])
         boot = effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
         parts = lost_parts(point, mean, deg, shifts, n, cluster, tau)
-        gpu_parts, gpu_costs = gpu_lost(point, cluster, n, at_size(point, mean, shifts))
+        gpu_parts, gpu_costs = gpu_lost(point, cluster, n, at_size(point, mean, own))
         parts.update(gpu_parts)
         eff, shares = effective(parts, rate, tau, delta, t_value)
         e = float(eff[0])

@@ -156,3 +156,22 @@ def test_a_cluster_file_sets_the_published_points(tmp_path: Path) -> None:
     c = assumptions.cluster(f)
     assert c.comm_init_at == ((16384.0, 150.0),) and gpu.comm_init_s(c, 100_000) == 150.0
     assert gpu.host_start_s(c, 12_500) == pytest.approx(32.5)  # the two points' mean
+
+
+def test_control_plane_time_added_to_a_phase_is_not_credited_against_the_communicators(tmp_path: Path) -> None:
+    # reinit without a restore phase: a scale run's resume step (membership/resume) adds
+    # its growth to reconfigure. That is the store's agreement, not the group's formation,
+    # so the communicators still count beyond reconfigure's own 1.8 s.
+    from bench.project.model import Scaling, project
+    from bench.project.source import points
+    from bench.scale.growth import choose
+
+    run = write_run(tmp_path, "s", {"strategy=reinit": [trial(1.0, 9.0, ttfs_s=10.0)] * 3})
+    point = points(load(run))[0]
+    w = np.repeat([8.0, 64.0, 512.0, 4096.0], 2)
+    y = 0.01 * w * np.tile([1.0, 1.02], 4)  # 10 ms a rank, two repetitions a size
+    curve = Scaling(choose(w.tolist(), y.tolist(), relative=True), w, y, float, True, "resume")
+    assert curve.choice.fit.model == "linear"
+    cell = project(point, assumptions.cluster(None, BIG), {}, added={"reconfigure": curve}, replicates=20).cells[0]
+    assert cell.gpu["comm_init"].counted == pytest.approx(comm(8000) - 1.8)
+    assert cell.shares["recover"] > 1e-3 * 0.01 * 7996 / 2  # the resume step's growth is there too
