@@ -11,8 +11,13 @@ Layer: above :mod:`bench.report` (whose plotting it shares) and :mod:`bench.resu
   of a scale run (``ftbench scale``) at the cluster's participant count;
 - :mod:`bench.project.inputs`: each stack's measured fault-free tax and the seconds its
   checkpoint writes and restores take per byte of state;
+- :mod:`bench.project.gpu`: the phases a GPU cluster adds to a recovery (communicators,
+  a checkpoint load from storage, a replacement host), from published figures, and
+  which stack pays which;
 - :mod:`bench.project.model`: lost time per failure, effective fraction, bootstrap band;
-- :mod:`bench.project.render`: the tables, the markdown page and the plot.
+- :mod:`bench.project.render`: the tables, the markdown page and the plot;
+- :mod:`bench.project.published`: published effective-training-time figures from each
+  paper's own inputs through :mod:`bench.project.model` (``ftbench project --published``).
 
 The method, its limits and its sources are written up in ``docs/project.md``.
 """

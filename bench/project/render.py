@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from bench.project import Result, build
+from bench.project import Result, build, gpu
 from bench.project.assumptions import lines
 from bench.project.model import PARTS, UNMEASURED, Cell, Projection, fmt_pct
 from bench.report.tables import markdown, text_table
@@ -169,6 +169,24 @@ def inputs_lines(res: Result) -> list[str]:
     return out + inp.notes
 
 
+def gpu_table(res: Result) -> pd.DataFrame:
+    """The GPU phases each stack pays at each size (:mod:`bench.project.gpu`)."""
+    return pd.DataFrame(gpu.table_rows(res))
+
+
+def _gpu_text(res: Result) -> list[str]:
+    """The GPU phases' section of the terminal output."""
+    head = ["", "GPU phases (assumed from published figures; share of wall time as in the table above):", ""]
+    table = [text_table(gpu_table(res))] if res.cluster.gpu_phases else []
+    return head + table + [f"  {line}" for line in gpu.lines(res)]
+
+
+def _gpu_markdown(res: Result) -> list[str]:
+    """The GPU phases' section of ``project.md``."""
+    table = [markdown(gpu_table(res))] if res.cluster.gpu_phases else []
+    return ["## GPU phases, assumed from published figures", "", *table, *(f"- {line}" for line in gpu.lines(res)), ""]
+
+
 def _pct(v: float) -> float:
     return 100.0 * v
 
@@ -251,6 +269,7 @@ def text(res: Result) -> str:
         "Where the time goes (share of wall time):",
         "",
         text_table(parts_table(res)),
+        *_gpu_text(res),
         "",
         "Measured and assumed inputs:",
         "",
@@ -283,6 +302,7 @@ def write(res: Result, out: Path, png: Path) -> Path:
         "## Where the time goes",
         "",
         markdown(parts_table(res)),
+        *_gpu_markdown(res),
         "## Measured and assumed inputs",
         "",
         markdown(inputs_table(res)),
