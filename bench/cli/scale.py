@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -85,6 +85,7 @@ def scale(
         run = rundir.load(show_run)
         md, png = page.write(run)
         click.echo(page.text(run))
+        _clocks(run.info)
         click.echo(f"\nwritten: {md}, {png}")
         return
     chosen = spec.build(sets, full=full)
@@ -112,7 +113,17 @@ def scale(
     run = rundir.load(path)
     md, png = page.write(run)
     click.echo(page.text(run))
+    _clocks(run.info)
     click.echo(f"\nwritten: {md}, {png}")
+
+
+def _clocks(info: dict[str, Any]) -> None:
+    """A run across hosts: each host's clock and the uncertainty it put on the figures."""
+    from bench.scale.remote import clock_lines
+
+    lines = clock_lines(info)
+    if lines:
+        click.echo("\n" + "\n".join(lines))
 
 
 def _cluster(agents_at: str | None, hosts: int | None, wait_s: float) -> tuple[Cluster | None, int]:

@@ -164,7 +164,7 @@ class Driver:
         if n * c.connections + 64 > fds:
             return "descriptors", f"the coordinator would hold {n * c.connections:,} connections; RLIMIT_NOFILE {fds:,}"
         for where, m, k, cap in self._sides(c, n):
-            why = self._side_limit(c, where, m, k, cap)
+            why = side_limit(c, where, m, k, cap)
             if why is not None:
                 return why
         return None
@@ -180,36 +180,6 @@ class Driver:
         for i, part in enumerate(np.array_split(np.arange(n), k)):
             held.setdefault(self.fleet.host_of(i).name, []).append(len(part))
         return [(f"{h}: ", sum(parts), len(parts), caps[h]) for h, parts in held.items()]
-
-    def _side_limit(self, c: Coordinator, where: str, n: int, k: int, cap: Capacity) -> tuple[str, str] | None:
-        """The participants' side of :meth:`limit` on one host: ``n`` participants over
-        ``k`` processes."""
-        if math.ceil(n / k) * c.descriptors + 64 > cap.descriptors:
-            return "descriptors", f"{where}{c.descriptors} per participant over {k} processes"
-        if n * c.connections > cap.ephemeral_ports - PORT_MARGIN:
-            return "ephemeral ports", (
-                f"{where}{n * c.connections:,} connections to one address and port; {cap.ephemeral_ports:,} local "
-                "ports (net.ipv4.ip_local_port_range)"
-            )
-        used = cap.threads_in_use
-        if n * c.threads + used + THREAD_MARGIN > cap.pid_max:
-            return "thread ids", (
-                f"{where}{n * c.threads:,} threads ({c.threads} a participant) + {used:,} in use > kernel.pid_max "
-                f"{cap.pid_max:,}"
-            )
-        if n * c.threads > MAX_THREADS:
-            return "threads", (
-                f"{where}{n * c.threads:,} threads ({c.threads} a participant) > {MAX_THREADS:,}, the most this "
-                "machine runs and stays responsive"
-            )
-        need = n * (256e3 * c.threads + 64e3 * c.connections)
-        if need > 0.8 * cap.memory_available_bytes:
-            return (
-                "memory",
-                f"{where}about {need / 1e9:.1f} GB for {n:,} participants; "
-                f"{cap.memory_available_bytes / 1e9:.1f} GB free",
-            )
-        return None
 
     def workers_for(self, c: Coordinator, n: int) -> int:
         """Processes of participants for ``n`` of ``c``: on one machine 2 or more, up to
@@ -412,6 +382,36 @@ class Driver:
             rec.sent_bytes, rec.received_bytes = wire1.sent - wire0.sent, wire1.received - wire0.received
             rec.connections = wire1.connections
         return rec
+
+
+def side_limit(c: Coordinator, where: str, n: int, k: int, cap: Capacity) -> tuple[str, str] | None:
+    """The participants' side of :meth:`Driver.limit` on one host (``where``: "" on one
+    machine, else ``hN: ``): ``n`` participants over ``k`` processes."""
+    if math.ceil(n / k) * c.descriptors + 64 > cap.descriptors:
+        return "descriptors", f"{where}{c.descriptors} per participant over {k} processes"
+    if n * c.connections > cap.ephemeral_ports - PORT_MARGIN:
+        return "ephemeral ports", (
+            f"{where}{n * c.connections:,} connections to one address and port; {cap.ephemeral_ports:,} local "
+            "ports (net.ipv4.ip_local_port_range)"
+        )
+    used = cap.threads_in_use
+    if n * c.threads + used + THREAD_MARGIN > cap.pid_max:
+        return "thread ids", (
+            f"{where}{n * c.threads:,} threads ({c.threads} a participant) + {used:,} in use > kernel.pid_max "
+            f"{cap.pid_max:,}"
+        )
+    if n * c.threads > MAX_THREADS:
+        return "threads", (
+            f"{where}{n * c.threads:,} threads ({c.threads} a participant) > {MAX_THREADS:,}, the most this "
+            "machine runs and stays responsive"
+        )
+    need = n * (256e3 * c.threads + 64e3 * c.connections)
+    if need > 0.8 * cap.memory_available_bytes:
+        return (
+            "memory",
+            f"{where}about {need / 1e9:.1f} GB for {n:,} participants; {cap.memory_available_bytes / 1e9:.1f} GB free",
+        )
+    return None
 
 
 def _line(r: Record) -> str:

@@ -261,6 +261,8 @@ def decode_request(raw: Any, state: RequestState) -> tuple[Any, ...]:
         return ("setup", ctx, COORDINATORS[ctx["coordinator"]].participant, _ids(body.get("ids"), ctx["n"]))
     if op in ("reset", "close"):
         return (op,)
+    if op not in ("kill", "arm", "go"):
+        raise Refused(f"no such request: {op!r}")
     if not state.coordinator:
         raise Refused(f"{op} before setup")
     if op == "kill":
@@ -270,9 +272,7 @@ def decode_request(raw: Any, state: RequestState) -> tuple[Any, ...]:
         if name not in {o.name for o in COORDINATORS[state.coordinator].ops}:
             raise Refused(f"arm: {state.coordinator} has no operation {name!r}")
         return ("arm", name, _ids(body.get("ids"), state.n))
-    if op == "go":
-        return ("go", _int(body.get("release_ns"), 0, 2**63 - 1, "release_ns"), _number(body.get("wait_s"), "wait_s"))
-    raise Refused(f"no such request: {op!r}")
+    return ("go", _int(body.get("release_ns"), 0, 2**63 - 1, "release_ns"), _number(body.get("wait_s"), "wait_s"))
 
 
 def encode_reply(msg: tuple[Any, ...]) -> dict[str, Any]:
@@ -377,6 +377,8 @@ class HostLink:
     address: str = ""
     agent_pid: int = 0
     logs: str = ""
+    resolution_ns: int = 0
+    """Its CLOCK_MONOTONIC's resolution."""
     capacity: Capacity | None = None
     offset: Offset | None = None
     say: Callable[[str], None] = print
@@ -420,21 +422,25 @@ class HostLink:
             pause = min(2 * pause, POLL_MAX_S)
 
     def call(self, body: dict[str, Any], timeout_s: float = CALL_S) -> dict[str, Any]:
-        """A control request to the host's agent and its answer; RuntimeError when it
-        answers with an error, when it is lost, or when it says nothing in time."""
+        """A control request to the host's agent and its answer (:meth:`answer`)."""
         self.ctl_in.put(body)
         return self.answer(f"{body['op']}", timeout_s)
 
     def answer(self, what: str, timeout_s: float) -> dict[str, Any]:
+        """The host agent's answer to a control message: LaunchError (the run cannot go on
+        as asked) when it is lost, silent or says it could not."""
         if not self.await_slot(self.ctl_out, timeout_s):
-            raise RuntimeError(f"host {self.name}: no answer to {what} within {timeout_s:g} s")
+            raise LaunchError(f"host {self.name}: no answer to {what} within {timeout_s:g} s")
         if self.lost:
-            raise RuntimeError(f"host {self.name} is lost: its agent has not beaten for {LOST_S:g} s")
-        reply = self.ctl_out.take()
+            raise LaunchError(f"host {self.name} is lost: its agent has not beaten for {LOST_S:g} s")
+        try:
+            reply = self.ctl_out.take()
+        except Forged as err:
+            raise LaunchError(f"host {self.name}: {err}") from None
         if not isinstance(reply, dict):
-            raise RuntimeError(f"host {self.name}: {what}: not an answer")
+            raise LaunchError(f"host {self.name}: {what}: not an answer")
         if reply.get("error"):
-            raise RuntimeError(f"host {self.name}: {what}: {str(reply['error'])[:MAX_TEXT]}")
+            raise LaunchError(f"host {self.name}: {what}: {str(reply['error'])[:MAX_TEXT]}")
         return reply
 
 
@@ -579,11 +585,12 @@ class Fleet:
         for link in self.links:
             hello = link.answer("hello", CALL_S)
             link.logs = _text(hello.get("logs"), "logs")
+            link.resolution_ns = _int(hello.get("resolution_ns"), 1, 10**9, "resolution_ns")
             try:
                 link.capacity = Capacity.from_dict(hello.get("capacity"))
             except ValueError as err:
                 raise LaunchError(f"host {link.name}: {err}") from None
-            self.clocks[link.name] = {"hostname": link.hostname, "address": link.address, "agent_pid": link.agent_pid}
+            self.clocks[link.name] = {"resolution_ns": link.resolution_ns}
             self.progress(f"  {link.name}: processes of participants on {link.hostname}, logs in {link.logs}")
         return self
 
@@ -606,7 +613,7 @@ class Fleet:
             try:
                 link.capacity = Capacity.from_dict(link.answer("capacity", CALL_S).get("capacity"))
             except ValueError as err:
-                raise RuntimeError(f"host {link.name}: {err}") from None
+                raise LaunchError(f"host {link.name}: {err}") from None
             out[link.name] = link.capacity
         return out
 
@@ -627,7 +634,7 @@ class Fleet:
                 try:
                     out[link.name] = Offset.from_dict(link.answer("clock", CALL_S)["offset"])
                 except (KeyError, TypeError, ValueError) as err:
-                    raise RuntimeError(f"host {link.name}: a clock estimate: {err!r}") from None
+                    raise LaunchError(f"host {link.name}: a clock estimate: {err!r}") from None
             return out
         finally:
             for r in responders:
@@ -706,6 +713,32 @@ class Fleet:
                         self.progress(f"  {link.name}: {err}")
         finally:
             self.cluster.close()
+
+
+def clock_lines(info: dict[str, Any]) -> list[str]:
+    """What a run across hosts says of its clocks (``ftbench scale`` prints it under the
+    tables): each host's offset to the head, its drift over the run and the largest
+    uncertainty it put on a point's figures."""
+    hosts = info.get("hosts")
+    if not isinstance(hosts, dict) or not hosts:
+        return []
+    head = info.get("clock", {})
+    lines = [
+        f"Clocks across hosts: each host's CLOCK_MONOTONIC (resolution below), mapped onto the head's "
+        f"({head.get('resolution_s', 1e-9) * 1e9:g} ns) by offsets measured at the start and end of every point; "
+        "every figure of a row is uncertain by its clock_err_s (points.csv), the largest of its hosts':"
+    ]
+    for name, h in hosts.items():
+        c = h.get("clock", {}) if isinstance(h, dict) else {}
+        if "offset_ns" not in c:
+            lines.append(f"  {name}: no point measured")
+            continue
+        lines.append(
+            f"  {name} ({h.get('hostname', '?')}, {h.get('address', '?')}): offset {c['offset_ns'] / 1e9:+.6f} s, "
+            f"drift over the run {c['drift_ns'] / 1e3:.1f} us, uncertainty up to {c['err_ns_max'] / 1e3:.1f} us "
+            f"over {c['points']} point(s), resolution {c.get('resolution_ns', '?')} ns"
+        )
+    return lines
 
 
 def spec_for_hosts(spec: ScaleSpec) -> str:

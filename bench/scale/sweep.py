@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.procs import machine
-from bench.procs.launcher import ProcessHost
+from bench.procs.launcher import LaunchError, ProcessHost
 from bench.results.writer import RunDir
 from bench.scale import rundir, system
 from bench.scale.coordinators import COORDINATORS
@@ -151,6 +151,9 @@ def run(
         info["finished"] = True
     except KeyboardInterrupt:
         info["interrupted"] = True
+        raise
+    except LaunchError as err:  # a host lost, or agents that did not come: said, and kept
+        info["error"] = str(err)
         raise
     finally:
         try:
