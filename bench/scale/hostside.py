@@ -195,6 +195,8 @@ class Session:
     # --- processes of participants ---------------------------------------------------
 
     def start(self, index: int) -> dict[str, Any]:
+        for old in [w for w in self.workers.values() if w.stop.is_set() and not w.process.is_alive()]:
+            self._forget(old)
         if index in self.workers:
             raise Refused(f"process {index} was started already")
         if len(self.workers) >= MAX_WORKERS:
@@ -267,8 +269,18 @@ class Session:
             code = w.process.exitcode
             w.answer({"op": "exited", "code": code})
             post(w.outbox.store, self.sealer, f"{self.base}/w{w.index}/exit", code)
+            w.stop.set()
+            if w.inbox is not None:  # the inbound relay waits for a request nobody will send
+                post(w.outbox.store, self.sealer, w.inbox.key, {"op": "wake"})
         except Exception:  # the store went away: the control loop ends the session
             return
+
+    def _forget(self, w: _Worker) -> None:
+        """A process that exited, once its relays are done with it."""
+        for t in w.threads:
+            t.join(JOIN_S)
+        w.conn.close()
+        self.workers.pop(w.index, None)
 
     def close(self) -> None:
         """Kill every process of the session and let its relay threads go."""
@@ -279,13 +291,13 @@ class Session:
                 w.process.kill()
         for w in self.workers.values():
             w.process.join(JOIN_S)
-        try:
-            store = self.connect()
-            for w in self.workers.values():  # wake each relay blocked on its next request
-                if w.inbox is not None:
-                    post(store, self.sealer, w.inbox.key, {"op": "wake"})
-        except Exception:  # the store is gone: the relays' waits ended with it
-            pass
+        for w in self.workers.values():  # wake each relay blocked on its next request
+            if w.inbox is None or w.outbox is None:
+                continue
+            try:  # on a connection it has (a new one to a store that is gone would retry for long)
+                post(w.outbox.store, self.sealer, w.inbox.key, {"op": "wake"})
+            except Exception:  # the store is gone: the relays' waits ended with it
+                continue
         for w in self.workers.values():
             for t in w.threads:
                 t.join(JOIN_S)

@@ -536,6 +536,7 @@ class Fleet:
     clocks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per host: its clock's offsets and errors over the run (scale.json)."""
     _store: Any = None
+    _started: int = 0
     _measures: int = 0
     _span: dict[str, Offset] = field(default_factory=dict)
 
@@ -555,6 +556,7 @@ class Fleet:
 
     def open(self) -> Fleet:
         """Wait for the agents, hand each a session, and take each one's hello."""
+        (self.out / "logs").mkdir(exist_ok=True)  # where the hosts that see it keep their logs
         self.cluster.open(self.count, self.progress)
         self._store = self.connect()
         for i in range(self.count):
@@ -600,9 +602,14 @@ class Fleet:
         return self.links[worker % len(self.links)]
 
     def start_worker(self, index: int) -> tuple[RemoteProcess, RemoteConn]:
+        """Process of participants ``index`` of the driver's list, on its host. Its
+        messages' keys carry a number no other process of the session had: the driver
+        starts a fresh ``0`` after stopping its processes, and an answer the old one left
+        unread must not be taken for the new one's."""
         link = self.host_of(index)
-        link.call({"op": "start", "worker": index})
-        return RemoteProcess(link, index), RemoteConn(link, index)
+        self._started += 1
+        link.call({"op": "start", "worker": self._started})
+        return RemoteProcess(link, self._started), RemoteConn(link, self._started)
 
     def capacities(self) -> dict[str, Capacity]:
         """What each host holds now (threads in use and memory change between points)."""
@@ -682,7 +689,7 @@ class Fleet:
         low = min(int(c.get("offset_ns_min", start.offset_ns)), start.offset_ns, end.offset_ns)
         high = max(int(c.get("offset_ns_max", start.offset_ns)), start.offset_ns, end.offset_ns)
         c["offset_ns_min"], c["offset_ns_max"] = low, high
-        c["drift_ns"] = high - low
+        c["spread_ns"] = high - low
         c["offset_ns"] = first["offset_ns"]
 
     def describe(self) -> dict[str, Any]:
@@ -735,7 +742,7 @@ def clock_lines(info: dict[str, Any]) -> list[str]:
             continue
         lines.append(
             f"  {name} ({h.get('hostname', '?')}, {h.get('address', '?')}): offset {c['offset_ns'] / 1e9:+.6f} s, "
-            f"drift over the run {c['drift_ns'] / 1e3:.1f} us, uncertainty up to {c['err_ns_max'] / 1e3:.1f} us "
+            f"estimates spread over {c['spread_ns'] / 1e3:.1f} us, uncertainty up to {c['err_ns_max'] / 1e3:.1f} us "
             f"over {c['points']} point(s), resolution {c.get('resolution_ns', '?')} ns"
         )
     return lines

@@ -14,12 +14,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +32,6 @@ from bench.procs.hygiene import MARKER, marked_pids
 from bench.scale import rundir, spec, sweep
 from bench.scale.coordinators import COORDINATORS
 from injectors.link import netns, system
-from tests.integ.test_cluster import agent_processes
 
 pytestmark = [
     pytest.mark.integ,
@@ -99,17 +101,28 @@ def start_agents(topo: netns.Topology, port: int, logs: Path) -> list[subprocess
     return agents
 
 
-@pytest.mark.timeout(420)
-def test_scale_across_two_namespaced_hosts(tmp_path: Path) -> None:
+@pytest.fixture
+def topo() -> Iterator[netns.Topology]:
+    """Two hosts on a bridge, the harness in the root namespace; removed after the test."""
     reason = system.available()
     if reason:
         pytest.skip(reason)
-    topo = netns.Topology.create(system.tag_for(f"scale-{uuid.uuid4().hex[:8]}"), 2)
+    topology = netns.Topology.create(system.tag_for(f"scale-{uuid.uuid4().hex[:8]}"), 2)
+    try:
+        yield topology
+    finally:
+        topology.destroy()
+    assert not [n for n in system.namespaces() if topology.tag in n]
+
+
+@pytest.mark.timeout(420)
+def test_scale_across_two_namespaced_hosts(topo: netns.Topology, tmp_path: Path) -> None:
     head = topo.root_address
     agents: list[subprocess.Popen[bytes]] = []
     head_sockets: list[tuple[str, int]] = []
     host_sockets: list[tuple[str, int]] = []
     connected_from: set[str] = set()
+    seen_on_hosts: set[int] = set()
 
     def progress(line: str) -> None:
         # Called after each operation, while the coordinator and the participants live.
@@ -121,8 +134,10 @@ def test_scale_across_two_namespaced_hosts(tmp_path: Path) -> None:
         for local, pid in found:
             if pid != os.getpid():  # a coordinator's: who is connected to it
                 connected_from.update(peers(local))
+        on_hosts = set(_agent_marked())
+        seen_on_hosts.update(on_hosts)
         for h in topo.hosts:
-            host_sockets.extend(listening(set(_agent_marked()), h.namespace))
+            host_sockets.extend(listening(on_hosts, h.namespace))
 
     try:
         port = free_port(head)
@@ -142,7 +157,6 @@ def test_scale_across_two_namespaced_hosts(tmp_path: Path) -> None:
             if a.poll() is None:
                 a.kill()
                 a.wait()
-        topo.destroy()
     logs = {h.name: (tmp_path / f"agent-{h.name}.out").read_text() for h in topo.hosts}
     print(f"the sweep took {took:.1f} s")
     assert codes == [0, 0], logs
@@ -181,6 +195,9 @@ def test_scale_across_two_namespaced_hosts(tmp_path: Path) -> None:
     hosts = info["hosts"]
     assert sorted(hosts) == ["h0", "h1"]
     assert {hosts[h]["address"] for h in hosts} == {h.address for h in topo.hosts}
+    for h in topo.hosts:  # the run directory is on a file system the hosts share here
+        assert hosts[h.name]["logs"] == str(path / "logs" / h.name)
+        assert list((path / "logs" / h.name).glob("worker-*.log")), f"no process of participants ran on {h.name}"
     estimates = [json.loads(line) for line in (path / "logs" / "clocks.jsonl").read_text().splitlines()]
     assert len(estimates) == 2 * len(CHOSEN) * len(SIZES)
     for e in estimates:
@@ -194,11 +211,110 @@ def test_scale_across_two_namespaced_hosts(tmp_path: Path) -> None:
 
     # Nothing is left on either host, nor on the head.
     assert marked_pids(info["run_id"]) == [], "processes of the head outlived the run"
-    assert agent_processes() == [], "processes of the hosts outlived the run"
-    assert not [n for n in system.namespaces() if topo.tag in n]
+    assert seen_on_hosts, "no process of the hosts' agents was seen while the coordinators ran"
+    assert left_on_hosts(info) == [], "processes of the hosts outlived the run"
 
 
-def _agent_marked() -> dict[int, str]:
-    from bench.procs.hygiene import marked
+LONG = ("coordinators=['tcpstore-libuv', 'membership']", "sizes=[8, 16, 32, 64, 128]", "repeats=2")
+"""A sweep still running when the test takes a host or the harness away."""
 
-    return {pid: run for pid, run in marked().items() if run.startswith("agent-h")}
+
+def _harness(topo: netns.Topology, port: int, out: Path) -> subprocess.Popen[bytes]:
+    """``ftbench scale --agents-at`` as a user runs it, its output kept."""
+    env = {k: v for k, v in os.environ.items() if k != MARKER} | {SECRET_ENV: SECRET}
+    argv = [sys.executable, "-m", "bench", "scale", "--out", str(out), "--hosts", "2"]
+    argv += ["--agents-at", f"{topo.root_address}:{port}", *(a for s in LONG for a in ("--set", s))]
+    with open(out / "harness.out", "wb") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=log, env=env, start_new_session=True)
+
+
+def _measuring(out: Path, harness: subprocess.Popen[bytes], timeout_s: float = 180) -> dict[str, Any]:
+    """scale.json of the harness's run once a point is measured on the hosts."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert harness.poll() is None, (out / "harness.out").read_text()
+        for points in (out / "scale").glob("*/points.csv"):
+            info: dict[str, Any] = json.loads((points.parent / rundir.INFO).read_text())
+            if "hosts" in info:
+                return info
+        time.sleep(0.2)
+    raise AssertionError("no point measured across the hosts in time")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_host_lost_mid_sweep_ends_the_run_and_leaves_nothing(topo: netns.Topology, tmp_path: Path) -> None:
+    """SIGKILL of h1's agent mid-sweep (its processes of participants die with it): the
+    harness finds the host lost (its beat stops), ends with one line saying so, and h0's
+    agent ends its session and exits; nothing of the run is left on either host."""
+    port = free_port(topo.root_address)
+    agents = start_agents(topo, port, tmp_path)
+    harness = _harness(topo, port, tmp_path)
+    try:
+        info = _measuring(tmp_path, harness)
+        os.kill(int(info["hosts"]["h1"]["agent_pid"]), signal.SIGKILL)
+        code = harness.wait(timeout=120)
+        codes = [a.wait(timeout=60) for a in agents]
+    finally:
+        for p in (harness, *agents):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    out = (tmp_path / "harness.out").read_text()
+    assert code == 1, out
+    assert "ftbench: error: host h1" in out and "lost" in out, out
+    assert codes[0] == 0 and codes[1] != 0, codes
+    (run,) = (tmp_path / "scale").glob("*/scale.json")
+    final = json.loads(run.read_text())
+    assert not final["finished"] and "h1" in final["error"], final.get("error")
+    assert marked_pids(final["run_id"]) == []
+    assert left_on_hosts(final) == [], "a process of participants outlived its host's agent"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_killed_harness_ends_every_hosts_session(topo: netns.Topology, tmp_path: Path) -> None:
+    """SIGKILL of the harness mid-sweep: its run store goes with it, each host's agent
+    ends its session (its processes of participants killed) and exits 3; the head's guard
+    sweeps the coordinators; nothing is left anywhere."""
+    port = free_port(topo.root_address)
+    agents = start_agents(topo, port, tmp_path)
+    harness = _harness(topo, port, tmp_path)
+    try:
+        info = _measuring(tmp_path, harness)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(timeout=30)
+        codes = [a.wait(timeout=60) for a in agents]
+    finally:
+        for p in (harness, *agents):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = [(tmp_path / f"agent-h{i}.out").read_text() for i in range(2)]
+    assert codes == [3, 3], logs
+    assert all("the harness went away" in log for log in logs), logs
+    deadline = time.monotonic() + 30
+    while marked_pids(info["run_id"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marked_pids(info["run_id"]) == [], "the guard did not sweep the head's processes"
+    assert left_on_hosts(info) == []
+
+
+def _agent_marked(info: dict[str, Any] | None = None) -> dict[int, str]:
+    """Live processes a serving agent marked as its own: of this run's agents (scale.json
+    names them), or before it says, of any agent on the hosts' namespaces."""
+    from bench.procs.hygiene import alive, marked
+
+    ours = {f"agent-{h}-{d['agent_pid']}" for h, d in (info or {}).get("hosts", {}).items()}
+    return {
+        pid: run for pid, run in marked().items() if (run in ours if ours else run.startswith("agent-h")) and alive(pid)
+    }
+
+
+def left_on_hosts(info: dict[str, Any], within_s: float = 15.0) -> list[int]:
+    """This run's processes on the hosts still alive after ``within_s`` (other tests'
+    agents may run meanwhile: only this run's agents' markers count)."""
+    deadline = time.monotonic() + within_s
+    while (left := sorted(_agent_marked(info))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
