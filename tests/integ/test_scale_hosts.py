@@ -33,13 +33,7 @@ from bench.scale import rundir, spec, sweep
 from bench.scale.coordinators import COORDINATORS
 from injectors.link import netns, system
 
-pytestmark = [
-    pytest.mark.integ,
-    pytest.mark.root,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("unshare") is None, reason="network and time namespaces need root"
-    ),
-]
+pytestmark = pytest.mark.integ
 
 SHIFT_S = 1000
 SECRET = "scale-across-hosts-only-the-test-knows-0123456789"
@@ -104,6 +98,8 @@ def start_agents(topo: netns.Topology, port: int, logs: Path) -> list[subprocess
 @pytest.fixture
 def topo() -> Iterator[netns.Topology]:
     """Two hosts on a bridge, the harness in the root namespace; removed after the test."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("network and time namespaces need root")
     reason = system.available()
     if reason:
         pytest.skip(reason)
@@ -116,6 +112,7 @@ def topo() -> Iterator[netns.Topology]:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.root
 def test_scale_across_two_namespaced_hosts(topo: netns.Topology, tmp_path: Path) -> None:
     head = topo.root_address
     agents: list[subprocess.Popen[bytes]] = []
@@ -243,6 +240,7 @@ def _measuring(out: Path, harness: subprocess.Popen[bytes], timeout_s: float = 1
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.root
 def test_a_host_lost_mid_sweep_ends_the_run_and_leaves_nothing(topo: netns.Topology, tmp_path: Path) -> None:
     """SIGKILL of h1's agent mid-sweep (its processes of participants die with it): the
     harness finds the host lost (its beat stops), ends with one line saying so, and h0's
@@ -273,6 +271,7 @@ def test_a_host_lost_mid_sweep_ends_the_run_and_leaves_nothing(topo: netns.Topol
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.root
 def test_a_killed_harness_ends_every_hosts_session(topo: netns.Topology, tmp_path: Path) -> None:
     """SIGKILL of the harness mid-sweep: its run store goes with it, each host's agent
     ends its session (its processes of participants killed) and exits 3; the head's guard
@@ -318,3 +317,61 @@ def left_on_hosts(info: dict[str, Any], within_s: float = 15.0) -> list[int]:
     while (left := sorted(_agent_marked(info))) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--hosts", "2"], "--hosts goes with --agents-at"),
+        (["--agents-at", "0.0.0.0:29600", "--hosts", "2"], "not a wildcard"),
+        (["--agents-at", "127.0.0.1", "--hosts", "2"], "ADDR:PORT"),
+        (["--agents-at", "127.0.0.1:29600"], "give --hosts N"),
+        (["--agents-at", "127.0.0.1:29600", "--hosts", "2", "--set", "server_family='v4-mapped'"], "loopback socket"),
+    ],
+)
+def test_scale_across_hosts_checks_its_options_before_anything_runs(args: list[str], says: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from bench.cli import cli
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    result = CliRunner().invoke(cli, ["scale", "--out", str(tmp_path), *args], env=env)
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert not (tmp_path / "scale").exists(), "nothing may run before the options are checked"
+
+
+def test_scale_across_hosts_refuses_a_routable_address_without_a_secret(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from bench.cli import cli
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.18.0.1", 9))  # benchmarking range: no packet is sent
+        except OSError:
+            pytest.skip("this machine has no route off loopback")
+        address = s.getsockname()[0]
+    env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, "FTBENCH_SECRET_FILE")}
+    args = ["scale", "--out", str(tmp_path), "--agents-at", f"{address}:29611", "--hosts", "2"]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert "is reachable from other hosts: set $FTBENCH_SECRET_FILE" in result.output
+
+
+@pytest.mark.timeout(120)
+def test_agents_that_never_join_a_scale_run_are_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from bench.cli import cli
+
+    port = free_port("127.0.0.1")
+    args = ["scale", "--out", str(tmp_path), "--agents-at", f"127.0.0.1:{port}", "--hosts", "2"]
+    result = CliRunner().invoke(cli, [*args, "--agents-wait-s", "1", "--set", "sizes=[8]"])
+    assert result.exit_code == 1, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("ftbench: error")]
+    assert "host agents h0, h1 did not join" in line and "joined: none" in line
+    (info,) = (tmp_path / "scale").glob("*/scale.json")
+    recorded = json.loads(info.read_text())
+    assert not recorded["finished"] and "did not join" in recorded["error"]
+    assert marked_pids(recorded["run_id"]) == []
