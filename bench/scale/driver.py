@@ -247,13 +247,14 @@ class Driver:
         try:
             msg = self._recv(proc, START_S, "the coordinator")
             if msg[0] != "ready":
-                return [Record(c.name, ops[0].name, n, rep, n, error=f"coordinator: {msg[1]}")]
-            _, address, port, pid = msg
-            if self.fleet is not None:
-                self.fleet.begin_point(k)
-            records = self._ops(c, ops, n, rep, active, address, int(port), int(pid), knobs)
-            if self.fleet is not None:
-                hosts, err = self.fleet.end_point({"coordinator": c.name, "n": n, "rep": rep})
+                records = [Record(c.name, ops[0].name, n, rep, n, error=f"coordinator: {msg[1]}")]
+            else:
+                _, address, port, pid = msg
+                if self.fleet is not None:
+                    self.fleet.begin_point(k)
+                records = self._ops(c, ops, n, rep, active, address, int(port), int(pid), knobs)
+            if self.fleet is not None:  # the hosts the point's processes were on, their clocks' error
+                hosts, err = self.fleet.end_point(k, {"coordinator": c.name, "n": n, "rep": rep})
                 for r in records:
                     r.hosts, r.clock_err_s = hosts, err
         finally:

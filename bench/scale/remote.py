@@ -384,6 +384,7 @@ class HostLink:
     say: Callable[[str], None] = print
     beat: Any = None
     since: float = field(default_factory=time.monotonic)
+    checked: float = 0.0
     lost: bool = False
 
     def __post_init__(self) -> None:
@@ -394,11 +395,15 @@ class HostLink:
         self.say(f"  {self.name}: refused {why}")
 
     def alive(self) -> bool:
-        """False once the host's beat has not moved for :data:`LOST_S`."""
+        """False once the host's beat has not moved for :data:`LOST_S` (read at most
+        every :data:`BEAT_S`)."""
         if self.lost:
             return False
-        beat = opened(self.store, self.sealer, f"{self.base}/beat")
         now = time.monotonic()
+        if now - self.checked < BEAT_S:
+            return True
+        self.checked = now
+        beat = opened(self.store, self.sealer, f"{self.base}/beat")
         if beat != self.beat:
             self.beat, self.since = beat, now
         elif now - self.since > LOST_S:
@@ -480,7 +485,7 @@ class RemoteConn:
             raise EOFError(f"host {self.link.name} is lost")
         try:
             msg = decode_reply(self.back.take())
-        except Refused as err:
+        except (Refused, Forged) as err:  # never acted on: the point fails, saying why
             raise RuntimeError(f"host {self.link.name}: {err}") from None
         if msg[0] == "exited":
             raise EOFError(f"process {self.index} on {self.link.name} exited with {msg[1]}")
@@ -655,14 +660,22 @@ class Fleet:
         for link in links:
             link.offset = self._span[link.name]
 
-    def end_point(self, label: dict[str, Any]) -> tuple[int, float]:
-        """After a point's operations: the clocks again; returns how many hosts took part
-        and the uncertainty their clocks put on every figure of the point (s), and records
-        both estimates of each host (``logs/clocks.jsonl``, and a summary for scale.json)."""
+    def end_point(self, workers: int, label: dict[str, Any]) -> tuple[int, float]:
+        """After a point's operations: the clocks again; returns how many hosts held the
+        point's ``workers`` processes and the uncertainty their clocks put on every
+        figure of the point (s; NaN where a host's end estimate could not be had, or the
+        point never began), and records both estimates of each host
+        (``logs/clocks.jsonl``, and a summary for scale.json)."""
+        hosts = len({self.host_of(i).name for i in range(workers)})
         if not self._span:
-            return 0, math.nan
+            return hosts, math.nan
         links = [link for link in self.links if link.name in self._span]
-        ends = self.measure(links)
+        try:
+            ends = self.measure(links)
+        except LaunchError as lost:  # a host lost during the point: its rows stay, their clock error unknown
+            self.progress(f"  the clocks after the point: {lost}")
+            self._span = {}
+            return hosts, math.nan
         worst = 0
         with (self.out / "logs" / "clocks.jsonl").open("a") as fh:
             for link in links:
@@ -677,7 +690,7 @@ class Fleet:
                 )
                 self._summarise(link.name, start, end, err)
         self._span = {}
-        return len(links), worst / 1e9
+        return hosts, worst / 1e9
 
     def _summarise(self, host: str, start: Offset, end: Offset, err: int) -> None:
         c = self.clocks[host]
