@@ -46,6 +46,12 @@ class Record:
     """Participants whose connection failed and was tried again (setup is not timed)."""
     late_s: float = math.nan
     workers: int = 0
+    hosts: int = 1
+    """Hosts whose processes held the participants (1: this machine)."""
+    clock_err_s: float = 0.0
+    """How far every time of the row may be off because the hosts' clocks are aligned
+    within an error (the largest of the hosts': docs/multihost.md); 0 on one machine,
+    whose processes share one CLOCK_MONOTONIC."""
     error: str = ""
 
     @property
