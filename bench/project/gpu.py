@@ -30,16 +30,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
 from bench.project.assumptions import Growth, TargetCluster
 from bench.project.source import PointFigures
 from bench.scale.growth import fit_model
-
-if TYPE_CHECKING:
-    from bench.project import Result
 
 #: The parts of lost time this module adds, in the order tables list them.
 GPU_PARTS = ("comm_init", "storage_load", "host_start")
@@ -223,76 +220,16 @@ def lost(
     return parts, shown
 
 
-def _fmt(v: float) -> str:
+def fmt(v: float) -> str:
     if v >= 120:
         return f"{v / 60:.1f} min"
     return f"{v:.3g} s"
 
 
-def table_rows(res: Result) -> list[dict[str, object]]:
-    """Per projected point and size: each GPU phase's published seconds, what they were read
-    at and what is counted beyond the run's own phase; '-' where the stack skips it."""
-    rows: list[dict[str, object]] = []
-    for p in res.projections:
-        if p.point.reason:
-            continue
-        for cell in p.cells:
-            row: dict[str, object] = {"fault": p.point.fault, "strategy": p.point.strategy, "GPUs": f"{cell.gpus:,}"}
-            for part in GPU_PARTS:
-                cost = cell.gpu.get(part)
-                row[part] = (
-                    "-"
-                    if cost is None
-                    else f"{_fmt(cost.seconds)} ({cost.over}); counted {_fmt(cost.counted)}, "
-                    f"{100 * cell.shares.get(part, 0.0):.2f} %"
-                )
-            rows.append(row)
-    return rows
-
-
-def lines(res: Result) -> list[str]:
-    """What the GPU phases are, where their figures come from, and who pays them."""
-    c = res.cluster
-    if not c.gpu_phases:
-        return [
-            "GPU phases left out (gpu_phases = false): a projection of what the CPU run measured alone, to compare "
-            "with; a GPU cluster's recovery also initialises communicators, reads checkpoints from storage and "
-            "waits for hosts."
-        ]
-    sizes = c.gpus
-    out = [
-        "Assumed from published figures, not measured here (--set gpu_phases=false leaves them out). Each counts "
-        "beyond the run's own phase that does the same work (group formation, restore): the longer is what a "
-        "cluster waits.",
-        "comm_init: "
-        + ", ".join(f"{comm_init_s(c, n):.3g} s over {n:,} GPUs" for n in sizes)
-        + f" ({c.comm_init_growth} through {_points(c.comm_init_at, 'GPUs')}"
-        + f"{_beyond(c.comm_init_at, max(sizes))})",
-        "storage_load: "
-        + ", ".join(f"{load_s(c, n, n):.3g} s for {n:,} GPUs" for n in sizes)
-        + f" (each GPU's {state_per_gpu(c, max(sizes)) / 1e9:.3g} GB at {max(sizes):,}"
-        + (" (Llama 3's largest per GPU: set model_params or state_bytes_per_gpu)" if c.state_bytes(1) is None else "")
-        + f", read together at {c.storage_read_gb_s:g} GB/s)",
-        "host_start: "
-        + ", ".join(f"{host_start_s(c, c.hosts(n)):.3g} s for {c.hosts(n):,} hosts" for n in sizes)
-        + f" ({c.host_start_growth} through {_points(c.host_start_at, 'hosts')}"
-        + f"{_beyond(c.host_start_at, c.hosts(max(sizes)))})",
-    ]
-    seen = dict.fromkeys(p.point.strategy for p in res.projections if not p.point.reason)
-    for st in seen:
-        pays = PAYS.get(st)
-        out.append(
-            f"{st}: {pays.why}"
-            if pays
-            else f"{st}: no GPU phases declared for it (bench/project/gpu.py PAYS), so it pays none: flattering"
-        )
-    return out
-
-
-def _points(points: tuple[tuple[float, float], ...], unit: str) -> str:
+def points(points: tuple[tuple[float, float], ...], unit: str) -> str:
     return ", ".join(f"{s:g} s at {n:,.0f} {unit[:-1] if n == 1 else unit}" for n, s in points)
 
 
-def _beyond(points: tuple[tuple[float, float], ...], x: float) -> str:
+def beyond(points: tuple[tuple[float, float], ...], x: float) -> str:
     top = max(n for n, _ in points)
     return f"; extrapolated past {top:,.0f} to {x:,.0f}" if x > top and not math.isclose(x, top) else ""

@@ -171,20 +171,20 @@ def inputs_lines(res: Result) -> list[str]:
 
 def gpu_table(res: Result) -> pd.DataFrame:
     """The GPU phases each stack pays at each size (:mod:`bench.project.gpu`)."""
-    return pd.DataFrame(gpu.table_rows(res))
+    return pd.DataFrame(gpu_rows(res))
 
 
 def _gpu_text(res: Result) -> list[str]:
     """The GPU phases' section of the terminal output."""
     head = ["", "GPU phases (assumed from published figures; share of wall time as in the table above):", ""]
     table = [text_table(gpu_table(res))] if res.cluster.gpu_phases else []
-    return head + table + [f"  {line}" for line in gpu.lines(res)]
+    return head + table + [f"  {line}" for line in gpu_lines(res)]
 
 
 def _gpu_markdown(res: Result) -> list[str]:
     """The GPU phases' section of ``project.md``."""
     table = [markdown(gpu_table(res))] if res.cluster.gpu_phases else []
-    return ["## GPU phases, assumed from published figures", "", *table, *(f"- {line}" for line in gpu.lines(res)), ""]
+    return ["## GPU phases, assumed from published figures", "", *table, *(f"- {line}" for line in gpu_lines(res)), ""]
 
 
 def _pct(v: float) -> float:
@@ -321,3 +321,63 @@ def write(res: Result, out: Path, png: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     md.write_text("\n".join(doc) + "\n")
     return md
+
+
+def gpu_rows(res: Result) -> list[dict[str, object]]:
+    """Per projected point and size: each GPU phase's published seconds, what they were read
+    at and what is counted beyond the run's own phase; '-' where the stack skips it."""
+    rows: list[dict[str, object]] = []
+    for p in res.projections:
+        if p.point.reason:
+            continue
+        for cell in p.cells:
+            row: dict[str, object] = {"fault": p.point.fault, "strategy": p.point.strategy, "GPUs": f"{cell.gpus:,}"}
+            for part in gpu.GPU_PARTS:
+                cost = cell.gpu.get(part)
+                row[part] = (
+                    "-"
+                    if cost is None
+                    else f"{gpu.fmt(cost.seconds)} ({cost.over}); counted {gpu.fmt(cost.counted)}, "
+                    f"{100 * cell.shares.get(part, 0.0):.2f} %"
+                )
+            rows.append(row)
+    return rows
+
+
+def gpu_lines(res: Result) -> list[str]:
+    """What the GPU phases are, where their figures come from, and who pays them."""
+    c = res.cluster
+    if not c.gpu_phases:
+        return [
+            "GPU phases left out (gpu_phases = false): a projection of what the CPU run measured alone, to compare "
+            "with; a GPU cluster's recovery also initialises communicators, reads checkpoints from storage and "
+            "waits for hosts."
+        ]
+    sizes = c.gpus
+    out = [
+        "Assumed from published figures, not measured here (--set gpu_phases=false leaves them out). Each counts "
+        "beyond the run's own phase that does the same work (group formation, restore): the longer is what a "
+        "cluster waits.",
+        "comm_init: "
+        + ", ".join(f"{gpu.comm_init_s(c, n):.3g} s over {n:,} GPUs" for n in sizes)
+        + f" ({c.comm_init_growth} through {gpu.points(c.comm_init_at, 'GPUs')}"
+        + f"{gpu.beyond(c.comm_init_at, max(sizes))})",
+        "storage_load: "
+        + ", ".join(f"{gpu.load_s(c, n, n):.3g} s for {n:,} GPUs" for n in sizes)
+        + f" (each GPU's {gpu.state_per_gpu(c, max(sizes)) / 1e9:.3g} GB at {max(sizes):,}"
+        + (" (Llama 3's largest per GPU: set model_params or state_bytes_per_gpu)" if c.state_bytes(1) is None else "")
+        + f", read together at {c.storage_read_gb_s:g} GB/s)",
+        "host_start: "
+        + ", ".join(f"{gpu.host_start_s(c, c.hosts(n)):.3g} s for {c.hosts(n):,} hosts" for n in sizes)
+        + f" ({c.host_start_growth} through {gpu.points(c.host_start_at, 'hosts')}"
+        + f"{gpu.beyond(c.host_start_at, c.hosts(max(sizes)))})",
+    ]
+    seen = dict.fromkeys(p.point.strategy for p in res.projections if not p.point.reason)
+    for st in seen:
+        pays = gpu.PAYS.get(st)
+        out.append(
+            f"{st}: {pays.why}"
+            if pays
+            else f"{st}: no GPU phases declared for it (bench/project/gpu.py PAYS), so it pays none: flattering"
+        )
+    return out
