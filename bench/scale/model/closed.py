@@ -38,9 +38,12 @@ from bench.scale.model.sim import Costs, RaceCosts
 Quantiles = tuple[float, float, float]
 
 
-def _bound(machine: Machine, *, latency: float, client: float, server: float, nbytes: float, processes: int) -> float:
-    """The makespan of a phase that everyone goes through together."""
-    cands = [latency, server * machine.cpu_scale, nbytes / machine.bandwidth_bytes_s]
+def _bound(
+    machine: Machine, *, latency: float, client: float, server: float, nbytes: float, processes: int, threads: int = 1
+) -> float:
+    """The makespan of a phase that everyone goes through together (``server``: the
+    coordinator's work, over its ``threads``)."""
+    cands = [latency, server * machine.cpu_scale / threads, nbytes / machine.bandwidth_bytes_s]
     if machine.packed:
         cands.append(client * machine.cpu_scale / max(1, min(processes, machine.shared_cores or processes)))
     if machine.shared_cores:
@@ -62,7 +65,12 @@ def replay(
     declared = max(1, protocol.requests(n))
     scale = costs.requests / declared
     # Heartbeats take this share of the coordinator's thread whatever the operation does.
-    busy = actors * costs.server_per_request_s * machine.cpu_scale / costs.heartbeat_s if costs.heartbeat_s else 0.0
+    threads = max(1, costs.serving_threads)
+    busy = (
+        actors * costs.server_per_request_s * machine.cpu_scale / costs.heartbeat_s / threads
+        if costs.heartbeat_s
+        else 0.0
+    )
     if busy >= 1:
         return math.inf, math.inf, math.inf  # it cannot keep up with the heartbeats alone
     slow = 1 / (1 - busy)  # the coordinator's work stretches by what the heartbeats leave it
@@ -85,7 +93,13 @@ def replay(
         server += actors * req / 2 * slow
         gate = protocol.gates[step.gate]
         arrived = t + _bound(
-            machine, latency=spread + lat, client=client, server=server, nbytes=nbytes, processes=processes
+            machine,
+            latency=spread + lat,
+            client=client,
+            server=server,
+            nbytes=nbytes,
+            processes=processes,
+            threads=threads,
         )
         opened = arrived
         if gate.timer is not None:
@@ -93,9 +107,11 @@ def replay(
         if gate.tick_ms:
             opened += float(knobs[gate.tick_ms]) / 2e3
         # Answered one by one: the next phase's participants start over the answers' span.
-        t, spread = opened, actors * (req / 2 + rep) * slow * machine.cpu_scale
+        t, spread = opened, actors * (req / 2 + rep) * slow * machine.cpu_scale / threads
         lat = client = server = nbytes = 0.0
-    tail = _bound(machine, latency=spread + lat, client=client, server=server, nbytes=nbytes, processes=processes)
+    tail = _bound(
+        machine, latency=spread + lat, client=client, server=server, nbytes=nbytes, processes=processes, threads=threads
+    )
     if spread > 0 or tail > 0:
         first = t + lat
         last = t + tail
@@ -157,3 +173,13 @@ def race(
         polls[-1] = complete
     p50, p95 = np.percentile(polls, [50, 95])
     return float(p50), float(p95), float(polls.max()) if math.isfinite(polls.max()) else math.nan
+
+
+def race_floor(costs: RaceCosts, machine: Machine, agents: int) -> float:
+    """Seconds the race takes however the agents arrive: its successful writes come one
+    at a time, each an agent's turnaround (writing k + 1 entries, the coordinator's
+    compare-and-set, reading the state back), k from 0 to agents - 1."""
+    k = np.arange(1, agents + 1, dtype=float)
+    client = (costs.client_per_attempt_s + costs.client_per_entry_s * k) * machine.cpu_scale
+    serve = (costs.server_per_request_s + costs.server_per_byte_s * costs.bytes_per_entry * 2 * k) * machine.cpu_scale
+    return float(np.sum(client + serve + machine.rtt_s))

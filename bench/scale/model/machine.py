@@ -41,6 +41,9 @@ class Machine:
     packed: bool
     """Participants are threads of a few processes and take turns at each process's
     interpreter lock (``ftbench scale``'s packing: :func:`processes`); else a process each."""
+    coordinator_cores: int
+    """Cores of the coordinator's host: a coordinator that serves on a thread per core
+    (torchft's lighthouse, a tokio runtime) uses them; one event loop uses one."""
     rtt_s: float
     """A network round trip between a participant and the coordinator."""
     bandwidth_bytes_s: float
@@ -82,6 +85,7 @@ def this_machine(cores: int) -> Machine:
         shared_cores=cores,
         coordinator_shares_cores=True,
         packed=True,
+        coordinator_cores=cores,
         rtt_s=LOOPBACK_RTT_S,
         bandwidth_bytes_s=5e9,
         sources=(
@@ -98,12 +102,14 @@ CLUSTER = Machine(
     shared_cores=0,
     coordinator_shares_cores=False,
     packed=False,
+    coordinator_cores=32,
     rtt_s=100e-6,
     bandwidth_bytes_s=100e9 / 8,
     cpu_scale=1.0,
     sources=(
         ("shared_cores", "a rank, agent or replica group is a process on a host's cores of its own"),
         ("coordinator_shares_cores", "the store is served by one host (torchrun's agent, the launcher)"),
+        ("coordinator_cores", "a host's cores for a coordinator on a thread per core (an assumption: hosts have more)"),
         ("packed", "one process per participant: no interpreter lock shared between participants"),
         (
             "rtt_s",

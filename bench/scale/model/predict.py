@@ -8,7 +8,7 @@ that the simulation checks where both reach.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bench.scale.coordinators import COORDINATORS
@@ -16,11 +16,13 @@ from bench.scale.driver import PER_WORKER
 from bench.scale.model import closed, sim
 from bench.scale.model.demand import Demand, OpDemand, fit
 from bench.scale.model.machine import Machine, this_machine
-from bench.scale.model.protocols import PROTOCOLS, SERVING_THREADS, Protocol
+from bench.scale.model.protocols import PROTOCOLS, Protocol, serving_threads
 from bench.scale.rundir import ScaleRun
 
-SIM_EVENTS = 400_000
-"""Events a replay may take (about a second of simpy); above, the closed forms answer."""
+SIM_EVENTS = 120_000
+"""Events a replay may take (a second or two of simpy); above, the closed forms answer
+(simpy's resource queues are lists: with thousands of participants queued at the
+coordinator each request costs O(N), and a replay of 16K took a minute)."""
 EVENTS_PER_REQUEST = 12
 RENDEZVOUS_BYTES_PER_ENTRY = 80.0
 """torch's pickled, base64 rendezvous state per agent, where a run has no probe (the
@@ -45,6 +47,8 @@ class Model:
     demand: Demand
     knobs: dict[str, Any]
     race_probe: dict[str, Any]
+    seen: dict[tuple[Any, ...], Prediction] = field(default_factory=dict)
+    """Predictions made (a page asks for the same ones for its text and its Markdown)."""
 
     @staticmethod
     def of(run: ScaleRun) -> Model:
@@ -66,6 +70,14 @@ class Model:
     ) -> Prediction:
         """p50, p95 and all of ``coordinator``/``op`` at ``n`` on ``machine``: replayed while
         its events stay within SIM_EVENTS, else the closed form (``method`` forces one)."""
+        key = (coordinator, op, n, machine, method, seed)
+        if key not in self.seen:
+            self.seen[key] = self._predict(coordinator, op, n, machine, method=method, seed=seed)
+        return self.seen[key]
+
+    def _predict(
+        self, coordinator: str, op: str, n: int, machine: Machine, *, method: Method | None, seed: int
+    ) -> Prediction:
         protocol = PROTOCOLS[coordinator, op]
         d = self.demand.op(coordinator, op)
         if d is None:
@@ -78,7 +90,7 @@ class Model:
         processes = workers(coordinator, n) if machine.packed else n
         first = op == "form"
         if protocol.race:
-            race = self.race_costs(coordinator)
+            race = self.race_costs(coordinator, machine)
             if method == "simulation" or (method is None and self._race_events(len(actors)) <= SIM_EVENTS):
                 out = sim.race(
                     protocol,
@@ -94,7 +106,7 @@ class Model:
                 return Prediction(out.p50_s, out.p95_s, out.all_s, "simulation")
             r = closed.race(protocol, race, machine, n=n, agents=len(actors), knobs=self.knobs, first_round=first)
             return Prediction(*r, "closed form")
-        costs = self.costs(d, protocol, n, n / processes if machine.packed else 1.0)
+        costs = self.costs(d, protocol, n, n / processes if machine.packed else 1.0, machine)
         if method == "simulation" or (method is None and self._events(protocol, n) <= SIM_EVENTS):
             out = sim.replay(
                 protocol,
@@ -111,7 +123,7 @@ class Model:
         r = closed.replay(protocol, costs, machine, n=n, actors=len(actors), processes=processes, knobs=self.knobs)
         return Prediction(*r, "closed form")
 
-    def costs(self, d: OpDemand, protocol: Protocol, n: int, threads: float) -> sim.Costs:
+    def costs(self, d: OpDemand, protocol: Protocol, n: int, threads: float, machine: Machine) -> sim.Costs:
         """The operation's costs at ``n``, its participants ``threads`` to a process."""
         server = COORDINATORS[d.coordinator].server
         cost = self.demand.servers.get(server)
@@ -129,11 +141,11 @@ class Model:
             server_per_byte_s=cost.per_byte_s,
             bytes=d.bytes_at(n),
             requests=requests,
-            serving_threads=SERVING_THREADS[server][0],
+            serving_threads=serving_threads(server, machine.coordinator_cores),
             heartbeat_s=heartbeat,
         )
 
-    def race_costs(self, coordinator: str) -> sim.RaceCosts:
+    def race_costs(self, coordinator: str, machine: Machine) -> sim.RaceCosts:
         server = COORDINATORS[coordinator].server
         cost = self.demand.servers[server]
         per_entry = float(self.race_probe.get("bytes_per_entry", RENDEZVOUS_BYTES_PER_ENTRY))
@@ -150,7 +162,7 @@ class Model:
             client_per_attempt_s=attempt,
             server_per_request_s=cost.per_request_s,
             server_per_byte_s=cost.per_byte_s,
-            serving_threads=SERVING_THREADS[server][0],
+            serving_threads=serving_threads(server, machine.coordinator_cores),
         )
 
     @staticmethod

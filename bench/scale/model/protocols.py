@@ -157,8 +157,19 @@ PROTOCOLS.update(
 SERVING_THREADS: dict[str, tuple[int, str]] = {
     "tcpstore-libuv": (1, "one libuv event loop thread serves every connection"),
     "tcpstore-legacy": (1, "one thread polls every connection"),
-    "lighthouse": (1, "its quorum state sits under one lock: decisions and answers are serial"),
+    "lighthouse": (
+        0,
+        "a tokio runtime, a thread per core of its host: each RPC (a heartbeat, a quorum answer of every "
+        "member) is handled on any of them; only the quorum state's lock, held briefly, is serial",
+    ),
 }
+"""Threads that serve a coordinator's requests; 0: one per core of its host."""
+
+
+def serving_threads(server: str, cores: int) -> int:
+    threads = SERVING_THREADS[server][0]
+    return threads if threads > 0 else max(1, cores)
+
 
 RENDEZVOUS_JITTER_S = (0.0, 0.3)
 """An agent's first join of round 0 waits a uniform delay in this range (torch's

@@ -20,6 +20,7 @@ import pandas as pd
 from bench.report.tables import markdown, text_table
 from bench.scale.anchors import ANCHORS, Anchor
 from bench.scale.coordinators import COORDINATORS
+from bench.scale.model import closed
 from bench.scale.model import demand as dm
 from bench.scale.model.machine import Machine
 from bench.scale.model.predict import Model, Prediction
@@ -174,11 +175,13 @@ def anchors_table(model: Model, machine: Machine) -> pd.DataFrame:
         note = ""
         if a.coordinator == "rendezvous" and a.published_s and verdict == "OUTSIDE 2x":
             spread = _implied_spread(model, a, machine)
+            floor = closed.race_floor(model.race_costs(a.coordinator, machine), machine, a.n)
             note = (
                 f"agents arriving together (a re-rendezvous); the model meets {a.published_s:g} s when they "
                 f"arrive over {spread:.2g} s of a launch"
                 if spread is not None
-                else "no launch spread up to the published figure brings the model within 2x"
+                else f"no launch spread brings it within 2x: the {a.n:,} successful compare-and-sets are serial, "
+                f"each an agent reading and writing the whole state: {seconds(floor)} however they arrive"
             )
         rows.append(
             {
