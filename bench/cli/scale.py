@@ -58,6 +58,14 @@ if TYPE_CHECKING:
     "$SLURM_NTASKS.",
 )
 @click.option(
+    "--machine",
+    "machine_sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A value of the cluster the model replays the protocols on (rtt_s, bandwidth_bytes_s, coordinator_cores, "
+    "cpu_scale, arrival_s, ...: docs/scale.md), VALUE read as TOML. Example: --machine rtt_s=250e-6",
+)
+@click.option(
     "--agents-wait-s",
     type=Ascii(click.FloatRange(min=1, max=86400)),
     default=300.0,
@@ -73,18 +81,24 @@ def scale(
     agents_at: str | None,
     hosts: int | None,
     agents_wait_s: float,
+    machine_sets: tuple[str, ...],
 ) -> None:
     """Time the real coordinators of the recovery stacks (torch's TCPStore, torchrun's rendezvous, torchft's
     lighthouse, NVRx's store barriers, the in-process strategies' membership) against N participants, N from 8
     upward on a log scale until this machine's limit; fit growth models, find where they cross 1, 10 and 60 s,
     and set published figures beside them. ftbench project uses the newest run for the phases that are
-    control-plane work."""
+    control-plane work. Then a model of each protocol, calibrated by the run, replays it on this machine (beside
+    what was measured) and on a cluster (at 1K, 16K and 131K participants, beside published figures)."""
     from bench.scale import page, rundir, spec, sweep
+    from bench.scale.model import machine as profiles
 
+    machine = profiles.CLUSTER
+    for item in machine_sets:
+        machine = profiles.check(machine, item, "--machine")
     if show_run is not None:
         run = rundir.load(show_run)
-        md, png = page.write(run)
-        click.echo(page.text(run))
+        md, png = page.write(run, machine)
+        click.echo(page.text(run, machine))
         _clocks(run.info)
         click.echo(f"\nwritten: {md}, {png}")
         return
@@ -111,8 +125,8 @@ def scale(
         )
         sys.exit(130)
     run = rundir.load(path)
-    md, png = page.write(run)
-    click.echo(page.text(run))
+    md, png = page.write(run, machine)
+    click.echo(page.text(run, machine))
     _clocks(run.info)
     click.echo(f"\nwritten: {md}, {png}")
 
