@@ -79,6 +79,12 @@ class TargetCluster:
     """How a scaling run's phases measured with more ranks than cores are fitted:
     ``measured`` as they are (an upper bound on growth), ``per-core`` divided by
     ranks / cores (as if every rank had a core: a lower bound for CPU-bound phases)."""
+    control_plane: Literal["model", "measured"] = "model"
+    """Where the phases that are control-plane work take their growth from, given a scale
+    run: ``model``, the coordinators replayed on a cluster (a CPU per participant, the
+    coordinator on a host of its own: :mod:`bench.scale.model`), calibrated by that run,
+    the band reaching down to what the run measured; ``measured``, the run's own curves,
+    bounded above by its participants sharing 2 cores."""
     gpu_phases: bool = True
     """Add the phases a recovery gains on a GPU cluster, which a CPU run cannot measure:
     communicator initialisation, a checkpoint load from cluster storage, a replacement
@@ -156,6 +162,10 @@ SOURCES: dict[str, str] = {
     "shard_gpus": "unset: the state is sharded over the whole job",
     "state_bytes_per_gpu": "unset: model_params x bytes_per_param / shard_gpus",
     "oversubscribed": "phases fitted as measured, ranks sharing cores (per-core: the other bound)",
+    "control_plane": (
+        "the scale run's coordinators replayed on a cluster (docs/scale.md), the band down to the run's own "
+        "curves (its participants on 2 cores: an upper bound); measured: those curves alone"
+    ),
     "gpu_phases": "on: the GPU phases below, assumed from published figures (false: a CPU-only projection)",
     "comm_init_at": (
         "MegaScale (ByteDance, NSDI 2024): a 2,048-GPU job's initialisation cut from 1,047 s to under 5 s, "
@@ -194,6 +204,7 @@ def _expect(key: str) -> str:
         "shard_gpus": "a positive integer",
         "state_bytes_per_gpu": "a positive number of bytes",
         "gpu_phases": "true or false",
+        "control_plane": '"model" or "measured"',
         "comm_init_at": "a list of [GPUs, seconds] pairs, 1 to 16, GPUs distinct positive integers, seconds >= 0",
         "host_start_at": "a list of [hosts, seconds] pairs, 1 to 16, hosts distinct positive integers, seconds >= 0",
         "comm_init_growth": '"linear", "log" or "constant"',
@@ -243,6 +254,8 @@ def _check(file: str, key: str, v: Any) -> Any:
         ok = v in ("daly", "young")
     elif key == "oversubscribed":
         ok = v in ("measured", "per-core")
+    elif key == "control_plane":
+        ok = v in ("model", "measured")
     elif key in ("model_params", "state_bytes_per_gpu"):
         ok = _number(v) and 0 < v <= 1e16
         v = float(v) if ok else v

@@ -43,8 +43,9 @@ the 5th to 95th percentile of E. The estimate is E from all the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -64,6 +65,22 @@ BAND = (5.0, 95.0)
 UNMEASURED = "constant (not measured at other sizes)"
 #: The phase a state fit replaces: the recovery's state transfer.
 RESTORE = "restore"
+
+
+class Growth(Protocol):
+    """How a phase grows with the job: a fit (:class:`Scaling`) or a model's curve."""
+
+    @property
+    def count(self) -> Callable[[float], float] | None:
+        """Participants of a job of so many GPUs (None: read at the GPUs themselves)."""
+
+    def x(self, gpus: float) -> float: ...
+
+    def coefs(self, rng: np.random.Generator | None, replicates: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def shift(self, coefs: tuple[np.ndarray, np.ndarray], w0: float, n: float) -> np.ndarray: ...
+
+    def describe(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,10 @@ class Cell:
     """Share of wall time of each part (PARTS)."""
     gpu: dict[str, Cost] = field(default_factory=dict)
     """The GPU phases the stack pays at this size (empty with ``gpu_phases = false``)."""
+    bound: float | None = None
+    """E with the control-plane phases as the scale run measured them (its participants
+    on 2 cores: an upper bound on their time), where the model of the protocols gave the
+    estimate; the band reaches down to it."""
 
 
 @dataclass
@@ -229,9 +250,9 @@ def taxes(tax: Band | None, rng: np.random.Generator, replicates: int) -> tuple[
 def project(
     point: PointFigures,
     cluster: TargetCluster,
-    scaling: dict[str, Scaling],
+    scaling: Mapping[str, Growth],
     *,
-    added: dict[str, Scaling] | None = None,
+    added: Mapping[str, Growth] | None = None,
     inputs: Inputs | None = None,
     replicates: int = 1000,
     seed: int = 0,

@@ -135,7 +135,7 @@ def _control(res: Result, strategy: str, gpus: int) -> str:
     if used:
         point = next(p.point for p in res.projections if p.point.strategy == strategy)
         where = {u.phase: u.phase if u.phase in point.phases else u.fallback for u in used}
-        return "measured: " + "; ".join(u.describe(gpus, where[u.phase]) for u in used)
+        return "; ".join(u.describe(gpus, where[u.phase]) for u in used)
     if res.control is None:
         return "assumed: as the run and --scaling give it (no scale run)"
     return "none measured for this stack (its phases as the run and --scaling give them)"
@@ -250,7 +250,8 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
             )
     fig.suptitle(
         f"Projected from {res.run.tag}; band: 5-95 % bootstrap"
-        + ("" if res.scaling or res.control else " (phases assumed constant)"),
+        + (", and down to the control plane as measured on 2 cores" if res.control is not None else "")
+        + ("" if res.scaling or res.control else " (phases assumed constant; no scale run)"),
         fontsize=9,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,11 +259,33 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
     return path
 
 
+def headline(res: Result) -> str:
+    """The first line: where the control plane's growth came from, or that it did not."""
+    if res.control is None:
+        return (
+            "NO SCALE RUN: the control-plane phases (rendezvous, quorum, barriers, membership) are taken as the "
+            "failure run measured them at its own size, constant with the job; at thousands of GPUs they are "
+            "not (run `ftbench scale`, then project again)."
+        )
+    if res.cluster.control_plane == "measured":
+        return (
+            f"Control-plane phases from the scale run {res.control.tag} as measured on its machine's cores (an "
+            "upper bound on their time; control_plane = model replays them on a cluster)."
+        )
+    return (
+        f"Control-plane phases from the model of each coordinator on a cluster, calibrated by the scale run "
+        f"{res.control.tag}; bands reach down to that run's own curves (its participants on 2 cores)."
+    )
+
+
 def text(res: Result) -> str:
     """What the CLI prints."""
     parts = [
-        "Effective training time (share of wall time spent training; 90 % bootstrap band) "
-        f"projected from {res.run.tag}:",
+        headline(res),
+        "",
+        "Effective training time (share of wall time spent training; 90 % bootstrap band"
+        + (", and down to the control plane as measured on 2 cores" if res.control is not None else "")
+        + f") projected from {res.run.tag}:",
         "",
         text_table(effective_table(res)),
         "",
@@ -292,6 +315,8 @@ def write(res: Result, out: Path, png: Path) -> Path:
     rel = png.relative_to(out).as_posix() if png.is_relative_to(out) else str(png)
     doc = [
         f"# Effective training time at cluster scale: {res.run.name}",
+        "",
+        f"**{headline(res)}**",
         "",
         f"Projected from `{res.run.path}`" + (f" with phase growth from `{res.scaling.path}`." if res.scaling else "."),
         "Cells: share of wall time spent training, `estimate [5–95 % bootstrap band]`; `—`: no projection (see note).",
