@@ -51,6 +51,7 @@ from torchft.optim import OptimizerWrapper
 from bench.procs.events import ADDRESS_ENV, EventWriter
 from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
+from bench.rank.abortable import future_for
 from bench.rank.entry import RankSpec, store_client
 from bench.rank.loop import build_workload
 from bench.strategies.torchft import group_size
@@ -193,6 +194,6 @@ PatchedDistributedDataParallel._comm_hook.__annotations__ = {
 
 
 def _completed(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut = future_for(tensor)
     fut.set_result(tensor)
     return fut
