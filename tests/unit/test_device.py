@@ -104,3 +104,19 @@ def test_an_upload_keeps_the_optimizer_on_the_moved_parameters() -> None:
     assert moved == sum(p.nbytes for p in params)  # already there: only the module is counted
     assert [id(p) for p in model.parameters()] == [id(p) for p in params]
     assert all(id(p) in {id(q) for q in params} for p in opt.param_groups[0]["params"])
+
+
+def test_a_collective_future_takes_a_result_on_the_tensors_device() -> None:
+    """reinit's DDP hook completes its future with the bucket itself: on a GPU the
+    future must name the device, or torch refuses the result."""
+    from bench.rank.abortable import future_for
+
+    cpu = future_for(torch.ones(2))
+    cpu.set_result(torch.ones(2))
+    assert cpu.value().sum() == 2
+    if not CUDA:
+        pytest.skip("no CUDA device here: the GPU half of this test runs where there is one")
+    gpu_tensor = torch.ones(2, device="cuda")
+    gpu = future_for(gpu_tensor)
+    gpu.set_result(gpu_tensor)
+    assert gpu.value().device.type == "cuda"
