@@ -75,7 +75,8 @@ def move(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, devic
     holds (momentum, Adam's moments) is moved beside them, but for ``step``, which torch
     keeps in host memory unless the optimizer is capturable or fused (as its own
     ``load_state_dict`` does)."""
-    nbytes = sum(t.nbytes for t in module.state_dict().values() if isinstance(t, torch.Tensor))
+    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}  # a tied weight once
+    nbytes = sum(t.nbytes for t in tensors.values() if t.device != device)
     module.to(device)
     if optimizer is not None:
         for state in optimizer.state.values():

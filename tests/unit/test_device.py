@@ -94,16 +94,22 @@ def test_no_device_memory_is_reported_off_cuda() -> None:
 
 def test_an_upload_keeps_the_optimizer_on_the_moved_parameters() -> None:
     """``move`` counts what it moves and leaves the optimizer stepping the same
-    parameters (on the CPU here: the bytes are counted the same way)."""
-    model = torch.nn.Linear(8, 4)
+    parameters: what is already on the device moves nothing; to the GPU, a tied weight
+    and each momentum buffer count once."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    model[1].weight = model[0].weight  # tied, as the transformer's head and embedding are
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.ones(2, 8)).sum().backward()
     opt.step()  # momentum buffers exist now
     params = list(model.parameters())
-    moved = move(model, opt, torch.device("cpu"))
-    assert moved == sum(p.nbytes for p in params)  # already there: only the module is counted
+    assert move(model, opt, torch.device("cpu")) == 0
     assert [id(p) for p in model.parameters()] == [id(p) for p in params]
-    assert all(id(p) in {id(q) for q in params} for p in opt.param_groups[0]["params"])
+    if not CUDA:
+        pytest.skip("no CUDA device here: the move to a GPU is checked where there is one")
+    moved = move(model, opt, torch.device("cuda", 0))
+    assert moved == 2 * sum(p.nbytes for p in params)  # parameters and their momentum
+    assert all(p.is_cuda and id(p) in {id(q) for q in params} for p in opt.param_groups[0]["params"])
+    assert all(s["momentum_buffer"].is_cuda for s in opt.state.values())
 
 
 def test_a_collective_future_takes_a_result_on_the_tensors_device() -> None:
