@@ -197,5 +197,7 @@ def _header(python: str, started: float, rehearse: bool) -> dict[str, Any]:
         "torch": torch_version,
         "python": python_version,
         "commit": commit(),
-        "ranks": "2 per point, sharing the one GPU over gloo with CUDA tensors",
+        "ranks": "2 per point, on the CPU"
+        if rehearse
+        else "2 per point, sharing the one GPU over gloo with CUDA tensors",
     }
