@@ -61,6 +61,7 @@ class TrialFacts:
     rss_rank_peak_bytes: float = NAN
     rss_job_peak_bytes: float = NAN
     cuda_rank_peak_bytes: float = NAN
+    cuda_rank_reserved_peak_bytes: float = NAN
     wire_bytes_per_step: float = NAN
     job_procs: float = NAN
     job_threads: float = NAN

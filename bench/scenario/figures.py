@@ -187,6 +187,14 @@ FIGURES: tuple[Figure, ...] = (
         meaning="largest torch.cuda.max_memory_allocated of a rank (ranks on GPUs only)",
     ),
     Figure(
+        name="cuda_rank_reserved_peak_bytes",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="largest torch.cuda.max_memory_reserved of a rank: what its caching allocator held from the driver "
+        "(ranks on GPUs only)",
+    ),
+    Figure(
         name="wire_bytes_per_step",
         unit="bytes",
         better="lower",
