@@ -116,14 +116,16 @@ def test_the_fits_recover_the_demand_the_run_was_made_with(model: Model) -> None
 
 
 @pytest.mark.parametrize("where", ["here", "cluster"])
-def test_the_closed_forms_agree_with_the_simulation(model: Model, where: str) -> None:
-    """Every protocol at two sizes: the closed form's `all` within 25 % of the replay's."""
+@pytest.mark.parametrize("op", [f"{c}/{o}" for c, o in PROTOCOLS])
+def test_the_closed_forms_agree_with_the_simulation(model: Model, where: str, op: str) -> None:
+    """Each protocol at two sizes: the closed form's `all` within 25 % of the replay's (the
+    race's replay grows as N^2: 256 agents is past the onset of its contention here)."""
     m = model.here() if where == "here" else machine.CLUSTER
-    for c, op in PROTOCOLS:
-        for n in (64, 512):
-            simulated = model.predict(c, op, n, m, method="simulation")
-            formed = model.predict(c, op, n, m, method="closed form")
-            assert formed.all_s == pytest.approx(simulated.all_s, rel=0.25), (c, op, n)
+    c, o = op.split("/")
+    for n in (64, 256 if PROTOCOLS[c, o].race else 512):
+        simulated = model.predict(c, o, n, m, method="simulation")
+        formed = model.predict(c, o, n, m, method="closed form")
+        assert formed.all_s == pytest.approx(simulated.all_s, rel=0.25), (c, o, n)
 
 
 def test_a_gate_waits_for_its_timer(model: Model) -> None:
