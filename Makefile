@@ -1,5 +1,5 @@
 # The two commands of the README (run, test) set up ./.venv first (tools/bootstrap.sh).
-.PHONY: run test test-all unit lint bench
+.PHONY: run test test-all unit lint bench gpu-wheels
 
 run:
 	@tools/bootstrap.sh
@@ -39,3 +39,10 @@ lint:
 	.venv/bin/ruff check bench injectors tests tools examples
 	.venv/bin/ruff format --check bench injectors tests tools examples
 	.venv/bin/mypy
+
+# The wheels the one-GPU run carries to a GPU machine without network (tools/gpu-wheels.txt,
+# for CPython 3.12 on manylinux x86-64) into .whl/, checked against the GPU image
+# (docs/development.md, "The one-GPU run").
+gpu-wheels:
+	@tools/bootstrap.sh
+	.venv/bin/python -m bench.onegpu wheels

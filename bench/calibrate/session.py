@@ -3,9 +3,9 @@
 Trials alternate between the two paths (the reference first on even trials, ftbench
 first on odd ones), so that a machine that slows down during the run slows both alike.
 Per case and figure (the first and last survivor's detection; a restart case's recovery
-figures too) the verdict compares the medians: the difference must lie within
-``max(abs_s, rel x reference median)``; the bootstrap confidence interval of the
-difference says whether the trials run were enough to tell.
+figures too) the bootstrap 95 % interval of the difference of the medians decides against
+the tolerance ``max(abs_s, rel x reference median)``: agrees, disagrees or cannot tell
+(:mod:`bench.results.agreement`); the run exits as ``ftbench gate`` does on them.
 
 The results directory holds both paths as points of one run (``path=bare``, ``user`` or
 ``blackbox``, and ``path=ftbench``), so ``ftbench report`` draws them side by side, and
@@ -31,6 +31,18 @@ from bench.calibrate.reference import Loop, ReferenceTrial, run_reference_trial
 from bench.calibrate.user import UserLoop
 from bench.procs import machine
 from bench.procs.launcher import ProcessHost
+from bench.results.agreement import (
+    AGREES,
+    BY_STATUS,
+    CANNOT_TELL,
+    DISAGREES,
+    MIN_VALUES,
+    WORDS,
+    Agreement,
+    judge,
+    status,
+)
+from bench.results.gate import PASS, REGRESSION
 from bench.results.stats import Interval, median, median_difference_ci
 from bench.results.summary import point_stats
 from bench.results.writer import RunDir
@@ -66,13 +78,13 @@ class Comparison:
     """``s``, or ``steps`` (steps_lost): tolerance_s, diff_s and ci are in this unit."""
 
     @property
-    def ok(self) -> bool:
-        return abs(self.diff_s) <= self.tolerance_s
+    def n(self) -> int:
+        """Values on the smaller side: what the interval rests on."""
+        return min(len(self.bare), len(self.ftbench))
 
     @property
-    def resolved(self) -> bool:
-        """The whole confidence interval lies within the tolerance."""
-        return self.ci.exists and -self.tolerance_s <= self.ci.low and self.ci.high <= self.tolerance_s
+    def agreement(self) -> Agreement:
+        return judge(self.diff_s, self.ci.low, self.ci.high, self.tolerance_s, self.n)
 
 
 @dataclass
@@ -82,6 +94,12 @@ class CalibrationReport:
     probes: dict[str, Any]
     status: str = "complete"
     values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+    @property
+    def exit_status(self) -> int:
+        """The exit status, as ``ftbench gate``'s: 0 all agree, 1 any disagrees, 2 none
+        disagrees but some cannot tell (or nothing was compared)."""
+        return status([c.agreement.verdict for c in self.comparisons])
 
 
 def calibrate(
@@ -156,6 +174,8 @@ def calibrate(
                 "tolerance": {"abs_s": tolerance.abs_s, "rel": tolerance.rel},
                 "probes": report.probes,
                 "comparisons": [_jsonable(c) for c in report.comparisons],
+                "verdict": BY_STATUS[report.exit_status],
+                "exit_status": report.exit_status,
             },
         )
         rundir.write_run_json(info)
@@ -191,8 +211,10 @@ def compare(
         for key, column in case.figures:
             b = [v for v in values.get((case.name, "bare", key), []) if not math.isnan(v)]
             f = [v for v in values.get((case.name, "ftbench", key), []) if not math.isnan(v)]
-            if not b or not f:
-                continue
+            if not b and not f:
+                continue  # not measured at all (an interrupted run): nothing to show
+            # A side without the figure stays as a row that cannot tell: dropped, a case
+            # whose ftbench side never detected would leave the others to decide alone.
             unit = "steps" if column == "steps_lost" else "s"
             out.append(
                 Comparison(
@@ -200,7 +222,7 @@ def compare(
                     figure=key,
                     bare=b,
                     ftbench=f,
-                    tolerance_s=tolerance.of(median(b), unit),
+                    tolerance_s=tolerance.of(median(b) if b else 0.0, unit),
                     diff_s=median(f) - median(b),
                     ci=median_difference_ci(f, b),
                     unit=unit,
@@ -210,7 +232,8 @@ def compare(
 
 
 def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
-    """A fixed-width table with a units row and a final verdict, as nccl-tests prints."""
+    """A fixed-width table with a units row and a final verdict, as nccl-tests prints;
+    the verdict's words and the rows it names follow ``ftbench gate``'s last line."""
     head = (
         f"{'case':<22}{'figure':<11}{'n':>4}{'reference':>10}{'ftbench':>10}{'diff':>10}"
         f"{'95% CI of diff':>22}{'tolerance':>11}  verdict"
@@ -220,19 +243,21 @@ def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
         "# medians over the trials that have the figure; diff = ftbench - reference; steps_lost in steps",
         "# reference: bare_rank.py (ftbench's workload without ftbench); for *-user cases examples/ddp/train.py;",
         "# for *-blackbox cases that script run as a command job, watched from outside",
+        "# verdict: agrees when the whole CI lies within +-tolerance, disagrees when it lies wholly beyond,",
+        f"# cannot tell otherwise (or with fewer than {MIN_VALUES} values a side)",
         head,
         units,
     ]
     for c in report.comparisons:
         k = 1e3 if c.unit == "s" else 1.0
         ci = f"[{c.ci.low * k:+.1f}, {c.ci.high * k:+.1f}]" if c.ci.exists else "-"
-        verdict = "ok" if c.ok else "OUT OF BOUNDS"
-        if c.ok and not c.resolved:
-            verdict += " (the CI is wider than the tolerance: more trials would tell)"
+        a = c.agreement
+        verdict = a.verdict.upper() if a.verdict == DISAGREES else a.verdict
+        verdict += f" ({a.note()})" if a.note() else ""
         lines.append(
-            f"{c.case:<22}{c.figure:<11}{min(len(c.bare), len(c.ftbench)):>4}{median(c.bare) * k:>10.2f}"
-            f"{median(c.ftbench) * k:>10.2f}{c.diff_s * k:>+10.2f}{ci:>22}{c.tolerance_s * k:>11.2f}"
-            f"  {verdict}"
+            f"{c.case:<22}{c.figure:<11}{c.n:>4}{_number(median(c.bare) * k, '10.2f')}"
+            f"{_number(median(c.ftbench) * k, '10.2f')}{_number(c.diff_s * k, '+10.2f')}{ci:>22}"
+            f"{c.tolerance_s * k:>11.2f}  {verdict}"
         )
     p = report.probes
     if p:
@@ -243,10 +268,29 @@ def format_table(report: CalibrationReport, tolerance: Tolerance) -> str:
             ("event_emit", "one event written"),
         ):
             lines.append(f"#   {title:<36}{p[key]['median_s'] * 1e6:>9.1f} us {p[key]['max_s'] * 1e6:>9.1f} us")
-    bad = sum(1 for c in report.comparisons if not c.ok)
     lines.append(f"# tolerance: max({tolerance.abs_s * 1e3:g} ms, {tolerance.rel:.0%} of the reference median)")
-    lines.append(f"# Out of bounds values : {bad} {'OK' if bad == 0 and report.comparisons else 'FAILED'}")
+    verdicts = [c.agreement.verdict for c in report.comparisons]
+    counts = ((AGREES, "agree"), (DISAGREES, "disagree"), (CANNOT_TELL, "cannot tell"))
+    lines.append("# rows: " + ", ".join(f"{verdicts.count(v)} {words}" for v, words in counts))
+    lines.append(verdict_line(report))
     return "\n".join(lines)
+
+
+def verdict_line(report: CalibrationReport) -> str:
+    """The run's verdict and the rows that made it, as ``ftbench gate``'s last line names
+    the points that failed it."""
+    code = report.exit_status
+    deciding = DISAGREES if code == REGRESSION else CANNOT_TELL
+    named = [f"{c.case} {c.figure}" for c in report.comparisons if c.agreement.verdict == deciding]
+    if code == PASS:
+        return f"# Verdict : {WORDS[code]} (exit {code})"
+    return f"# Verdict : {WORDS[code]} (exit {code}): " + ("; ".join(named) or "nothing compared")
+
+
+def _number(v: float, spec: str) -> str:
+    """A fixed-width number, or "-" where a side has no value."""
+    width = int(spec.lstrip("+").split(".")[0])
+    return f"{'-':>{width}}" if math.isnan(v) else f"{v:>{spec}}"
 
 
 def _points(case: Case, point: Point, box: Point | None) -> list[dict[str, Any]]:
@@ -328,8 +372,9 @@ def _jsonable(c: Comparison) -> dict[str, Any]:
         "ci_high_s": c.ci.high,
         "tolerance_s": c.tolerance_s,
         "unit": c.unit,
-        "ok": c.ok,
-        "resolved": c.resolved,
+        "verdict": c.agreement.verdict,
+        "trials_to_decide": c.agreement.trials,
+        "verdict_note": c.agreement.note(),
     }
 
 

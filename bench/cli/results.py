@@ -228,7 +228,7 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
 
 
 @cli.command()
-@click.argument("run_dir")
+@click.argument("run_dir", required=False)
 @click.option("--scaling", help="Run of a world-size sweep (scenario phase-scaling) to fit phase growth on.")
 @click.option(
     "--tax",
@@ -262,9 +262,15 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
     help="RUN_DIR is a long chaos run: set its measured effective training time beside the model's prediction "
     "for its own failure rate, world size, checkpoints and per-fault losses (writes validate.md).",
 )
+@click.option(
+    "--published",
+    is_flag=True,
+    help="No RUN_DIR: the published effective-training-time figures (Llama 3, FT-HSDP, Revisiting Reliability) "
+    "beside this arithmetic at each paper's own inputs.",
+)
 @errors
 def project(
-    run_dir: str,
+    run_dir: str | None,
     scaling: str | None,
     tax: str,
     state: str,
@@ -273,12 +279,20 @@ def project(
     sets: tuple[str, ...],
     out: Path | None,
     validate: bool,
+    published: bool,
 ) -> None:
     """Effective training time of each strategy at cluster scale (1K-100K GPUs), from
     RUN_DIR's measured recovery, each stack's fault-free tax and its state-moving costs,
     with bands and every input said to be measured or assumed."""
     from bench.project import assumptions, build, inputs, render
 
+    if published:
+        from bench.project.published import lines
+
+        click.echo("\n".join(lines()))
+        return
+    if run_dir is None:
+        raise click.UsageError("give RUN_DIR (or --published)")
     run = open_run(run_dir)
     if validate:
         from bench.project.validate import check

@@ -107,6 +107,11 @@ Your own job, unmodified (everything after -- is its command, run without a shel
     show_default=True,
     help="How long to wait for those agents to join.",
 )
+@click.option(
+    "--all-figures",
+    is_flag=True,
+    help="Also print every figure of every point (n, median, min, max), not only the first table's.",
+)
 @click.option("--point", "only", multiple=True, hidden=True, help="Run only this point hash (a child harness).")
 @SET_OPTION
 @errors
@@ -130,13 +135,21 @@ def run(
     env_specs: tuple[str, ...],
     agents_at: str | None,
     agents_wait_s: float,
+    all_figures: bool,
     only: tuple[str, ...],
     sets: tuple[str, ...],
 ) -> None:
-    """Run every point of SCENARIO (a name or a TOML file) and print its figures; with
-    --job, run your own job's command instead."""
+    """Run every point of SCENARIO (a name or a TOML file); with --job, run your own
+    job's command instead.
+
+    Prints one table: per point (a row) the medians of the figures that exist for its
+    outcomes (detection, recovery, steps lost, goodput, the phases of the downtime),
+    under a units row, then one plain line per point saying what happened. Every
+    figure: --all-figures, ftbench report, or the run's trials.csv."""
     from bench.procs.launcher import LaunchError
-    from bench.results.summary import format_point, format_side_by_side
+    from bench.report.glance import first_table
+    from bench.results.reader import load
+    from bench.results.summary import format_point
     from bench.results.writer import ResultsError, RunDir
     from bench.run.runner import resume_scenario
     from bench.run.runner import run as run_scenario
@@ -194,18 +207,20 @@ def run(
     if only:
         return  # a child harness: the parent prints the run's figures
     click.echo("")
-    for point_hash, stats in report.stats.items():
-        click.echo(format_point(stats, point_hash))
-        click.echo("")
-    if len(report.stats) > 1:
-        click.echo(format_side_by_side(report.stats))
-        click.echo("")
+    if all_figures:
+        for point_hash, stats in report.stats.items():
+            click.echo(format_point(stats, point_hash))
+            click.echo("")
+        click.echo("times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless.\n")
+    table = first_table(load(report.rundir.path))
+    if table:
+        click.echo(table + "\n")
+        click.echo("Medians of the trials that have each figure; (n): only n of the point's trials have it; -: none.")
+        click.echo(
+            "ttd + the phases = downtime." + ("" if all_figures else " Every figure: --all-figures, ftbench report.")
+        )
     for label, why in report.skipped.items():
         click.echo(f"skipped {label}: {why}")
-    click.echo(
-        "times: seconds of CLOCK_MONOTONIC (1 ns resolution); ratios are unitless. "
-        "Empty (-) means the figure does not exist for that outcome."
-    )
     click.echo(f"results: {report.rundir.path}")
 
 

@@ -25,6 +25,7 @@ checkpoints go to the run directory, which the hosts must share (a cluster file 
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import socket
 import subprocess
@@ -47,6 +48,12 @@ PREFIX = "ftbrun"
 LOST_S = 10.0
 """An agent whose beat has not moved for this long is lost: far above its
 :data:`~bench.hosts.agent.BEAT_S`, so a loaded host is not taken for a dead one."""
+SERVICES: dict[str, str] = {"scale": "bench.scale.hostside:serve"}
+"""Assignments other than trials that a serving agent carries out, by kind: the harness
+names a kind, never code; the code is named here (``module:function``, imported when
+first asked for: ``ftbench scale --agents-at``'s processes of participants live in a
+layer above this one). Each is called as ``serve(connect, host, body, secret=, nonce=,
+say=)`` and returns an exit status."""
 POLL_S = 0.05
 """How often a waiting agent looks for its next assignment."""
 CHECK_S = 0.1
@@ -140,9 +147,13 @@ class Cluster:
 
     def assign(self, host: str, *, controller: str, events_dir: Path, deadline_s: float) -> None:
         """Hand ``host``'s agent its next trial."""
+        self.hand(host, {"controller": controller, "events_dir": str(events_dir), "deadline_s": deadline_s})
+
+    def hand(self, host: str, body: dict[str, Any]) -> None:
+        """Hand ``host``'s agent its next assignment: a trial, or with ``kind`` one of
+        :data:`SERVICES` (bound to the nonce it joined with, as every assignment)."""
         n = self.assigned.get(host, 0)
         self.assigned[host] = n + 1
-        body = {"controller": controller, "events_dir": str(events_dir), "deadline_s": deadline_s}
         post(self._store, Sealer(self.secret, f"run:{self.nonces[host]}"), f"trial/{host}/{n}", body)
 
     def hosts(self, count: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -254,9 +265,13 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
         sys.stderr.write(f"ftbench host {host}: {text}\n")
         sys.stderr.flush()
 
-    try:
+    def connect() -> Any:
+        """A connection of its own to the run store."""
         client = dist.TCPStore(address, port, None, False, timeout=datetime.timedelta(seconds=deadline_s))
-        store = dist.PrefixStore(PREFIX, client)
+        return dist.PrefixStore(PREFIX, client)
+
+    try:
+        store = connect()
         here = _local_address(address, port)
         hello = {"pid": os.getpid(), "hostname": socket.gethostname(), "address": here, "nonce": nonce}
         os.environ[ADDRESS_ENV] = here
@@ -275,7 +290,11 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
                 time.sleep(POLL_S)
                 continue
             n += 1
+            kind = trial.get("kind", "trial") if isinstance(trial, dict) else "trial"
             try:
+                if kind != "trial":
+                    _service(str(kind), connect, host, trial, secret=secret, nonce=nonce, say=say)
+                    continue
                 serve_trial(
                     str(trial["controller"]),
                     host,
@@ -285,7 +304,7 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
                     serving=True,
                 )
             except Exception as exc:  # the trial's store went away mid-trial: the next trial may still come
-                say(f"trial {n} ended with {type(exc).__name__}: {exc}")
+                say(f"{kind} {n} ended with {type(exc).__name__}: {exc}")
             finally:  # what the trial left, but the forkserver: it serves the next trial
                 forkserver = forkserver_pid()
                 sweep(marker, keep={forkserver} if forkserver else ())
@@ -297,6 +316,16 @@ def serve(controller: str, host: str, deadline_s: float) -> int:
     except (RuntimeError, OSError) as exc:  # the harness (its run store) is gone
         say(f"the harness went away: {exc}")
         return 3
+
+
+def _service(kind: str, connect: Callable[[], Any], host: str, body: Any, **kw: Any) -> None:
+    """Carry out an assignment of ``kind`` (one of :data:`SERVICES`; any other is refused)."""
+    target = SERVICES.get(kind)
+    if target is None:
+        raise ValueError(f"no such assignment: {kind!r}")
+    module, _, name = target.partition(":")
+    code = getattr(importlib.import_module(module), name)(connect, host, body, **kw)
+    kw["say"](f"{kind} session over ({code})")
 
 
 def _sealed(store: Any, sealer: Sealer, k: str, refused: dict[str, bytes], say: Callable[[str], None]) -> Any:

@@ -5,7 +5,7 @@ Both launchers are the same shape: one agent process per node that starts fresh 
 interpreters, watches them, and tears the group down and re-rendezvouses on a failure.
 ftbench runs the launcher's own ``main`` and its own agent class, and only observes it:
 
-- :func:`bench.probe.site.ftbench_probe.instrument_agent` wraps four lifecycle methods
+- :func:`bench.probe.site.ftbench_probe_agents.instrument_agent` wraps four lifecycle methods
   of the agent class so that each records an event before or after calling the
   original (``detect`` by the agent's monitor, ``teardown_*``, ``rendezvous_*``,
   ``workers_started``); the agent's behaviour is unchanged. The probe does the same to

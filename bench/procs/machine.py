@@ -179,3 +179,20 @@ def resolve_backend(requested: str, world_size: int) -> str:
             f"on one GPU); this machine has {gpus}"
         )
     return requested
+
+
+def resolve_device(requested: str, backend: str) -> str:
+    """Where a point's tensors live (``workload.device``), its backend resolved: CUDA with
+    NCCL or when asked for, else the CPU. Asking for CUDA on a machine that has none is
+    a RuntimeError saying so, which the runner turns into the point's skip reason, as it
+    does for NCCL without GPUs."""
+    if requested == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+            raise RuntimeError(
+                f'workload.device = "cuda" needs a CUDA device; torch {torch.__version__} ({build}) sees none here'
+            )
+        return "cuda"
+    return "cuda" if backend == "nccl" else "cpu"

@@ -11,15 +11,20 @@ Layer: above :mod:`bench.report` (whose plotting it shares) and :mod:`bench.resu
   of a scale run (``ftbench scale``) at the cluster's participant count;
 - :mod:`bench.project.inputs`: each stack's measured fault-free tax and the seconds its
   checkpoint writes and restores take per byte of state;
+- :mod:`bench.project.gpu`: the phases a GPU cluster adds to a recovery (communicators,
+  a checkpoint load from storage, a replacement host), from published figures, and
+  which stack pays which;
 - :mod:`bench.project.model`: lost time per failure, effective fraction, bootstrap band;
-- :mod:`bench.project.render`: the tables, the markdown page and the plot.
+- :mod:`bench.project.render`: the tables, the markdown page and the plot;
+- :mod:`bench.project.published`: published effective-training-time figures from each
+  paper's own inputs through :mod:`bench.project.model` (``ftbench project --published``).
 
 The method, its limits and its sources are written up in ``docs/project.md``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,7 +32,7 @@ from bench.project import control as ctl
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import choose
 from bench.project.inputs import Inputs
-from bench.project.model import Projection, Scaling, project
+from bench.project.model import Growth, Projection, Scaling, project
 from bench.project.source import cores, points, scaling_data
 from bench.results.reader import Run
 from bench.scale.rundir import ScaleRun
@@ -62,7 +67,7 @@ def build(
     work grow as the ``control`` scale run measured their coordinator, the others as
     fitted on the ``scaling`` run where it measured them, and are constant otherwise."""
     notes: list[str] = []
-    curves = ctl.phases(control, cluster) if control is not None else {}
+    curves = ctl.phases(control, cluster, source=cluster.control_plane) if control is not None else {}
     used: dict[tuple[str, str], ctl.ControlPhase] = {}
     per_core = cluster.oversubscribed == "per-core"
     data = scaling_data(scaling, per_core) if scaling is not None else {}
@@ -95,7 +100,7 @@ def build(
             )
     out = []
     for p in points(run):
-        fits: dict[str, Scaling] = {}
+        fits: dict[str, Growth] = {}
         borrowed = set()
         for ph in p.phases:
             # The same strategy's phase under another fault kind where this one was not
@@ -114,7 +119,7 @@ def build(
             notes.append(f"{p.label}: phase growth taken from the scaling run's {', '.join(sorted(borrowed))} fault.")
         if scaling is not None and p.phases and not fits and not p.reason:
             notes.append(f"{p.label}: the scaling run has no recovered trial of {p.strategy}: phases constant.")
-        added: dict[str, Scaling] = {}
+        added: dict[str, Growth] = {}
         for (strategy, phase), cp in curves.items():
             if strategy != p.strategy or p.reason:
                 continue
@@ -128,6 +133,17 @@ def build(
         out.append(project(p, cluster, fits, added=added, inputs=inputs, replicates=replicates, seed=seed))
     if control is not None:
         notes += ctl.notes(control, list(used.values()), cluster)
+        if cluster.control_plane == "model" and any(isinstance(u.scaling, ctl.ModelCurve) for u in used.values()):
+            measured = build(
+                run,
+                replace(cluster, control_plane="measured"),
+                scaling,
+                inputs=inputs,
+                control=control,
+                replicates=0,
+                seed=seed,
+            )
+            _bound(out, measured.projections)
     inputs = inputs or Inputs()
     return Result(
         run=run,
@@ -139,3 +155,17 @@ def build(
         control=control,
         control_used=list(used.values()),
     )
+
+
+def _bound(model: list[Projection], measured: list[Projection]) -> None:
+    """Each cell's band reaches down to E with the control plane as measured on 2 cores."""
+    by_label = {p.point.label: p for p in measured}
+    for p in model:
+        other = by_label.get(p.point.label)
+        if other is None:
+            continue
+        at = {c.gpus: c.effective for c in other.cells}
+        for c in p.cells:
+            if c.gpus in at and abs(at[c.gpus] - c.effective) > 1e-12:
+                c.bound = at[c.gpus]
+                c.low, c.high = min(c.low, c.bound), max(c.high, c.bound)

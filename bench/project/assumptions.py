@@ -11,6 +11,10 @@ Llama 3 Herd of Models", 2024, section 3.3.4) counts 419 unexpected interruption
 54-day snapshot of pre-training on 16,384 H100 GPUs (8 per host), about 78 % of them
 attributed to hardware. 419 / (54 x 16,384) = 4.74e-4 per GPU-day, 0.47 per 1,000
 GPU-days, a job-level mean time between failures of 3.1 h at 16K GPUs.
+
+The phases a GPU cluster adds to a recovery (``gpu_phases`` and the keys after it) are
+named here with their published points; :mod:`bench.project.gpu` draws each through its
+points and says which stack pays which.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ LLAMA3_RATE_PER_GPU_DAY = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * LLAMA3_GPUS)
 DAY_S = 86_400.0
 
 Rule = Literal["daly", "young"]
+Growth = Literal["linear", "log", "constant"]
+#: The GPU phases' keys whose value is published (count, seconds) points.
+POINT_KEYS = ("comm_init_at", "host_start_at")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,6 +79,30 @@ class TargetCluster:
     """How a scaling run's phases measured with more ranks than cores are fitted:
     ``measured`` as they are (an upper bound on growth), ``per-core`` divided by
     ranks / cores (as if every rank had a core: a lower bound for CPU-bound phases)."""
+    control_plane: Literal["model", "measured"] = "model"
+    """Where the phases that are control-plane work take their growth from, given a scale
+    run: ``model``, the coordinators replayed on a cluster (a CPU per participant, the
+    coordinator on a host of its own: :mod:`bench.scale.model`), calibrated by that run,
+    the band reaching down to what the run measured; ``measured``, the run's own curves,
+    bounded above by its participants sharing 2 cores."""
+    gpu_phases: bool = True
+    """Add the phases a recovery gains on a GPU cluster, which a CPU run cannot measure:
+    communicator initialisation, a checkpoint load from cluster storage, a replacement
+    host's scheduling and start (:mod:`bench.project.gpu` says which stack pays which).
+    ``false``: leave them out, for a CPU-only projection to compare with."""
+    comm_init_at: tuple[tuple[float, float], ...] = ((2_048, 5.0), (10_000, 30.0))
+    """Published (GPUs, seconds) of initialising a job's communicators, through which
+    ``comm_init_growth`` is drawn."""
+    comm_init_growth: Growth = "linear"
+    """How communicator initialisation grows between and past those points: ``linear``
+    (a + b N, least squares through them), ``log`` (a + b log2 N) or ``constant``."""
+    storage_read_gb_s: float = 2_000.0
+    """Aggregate GB/s the cluster's storage serves checkpoint reads at, shared by every GPU
+    that loads at once."""
+    host_start_at: tuple[tuple[float, float], ...] = ((1, 5.0), (15_000, 60.0))
+    """Published (hosts, seconds) of scheduling and starting a job's hosts again."""
+    host_start_growth: Growth = "linear"
+    """How that grows with the hosts between and past those points (as comm_init_growth)."""
 
     def host_rate(self) -> float:
         """Failures per host per second."""
@@ -131,6 +162,29 @@ SOURCES: dict[str, str] = {
     "shard_gpus": "unset: the state is sharded over the whole job",
     "state_bytes_per_gpu": "unset: model_params x bytes_per_param / shard_gpus",
     "oversubscribed": "phases fitted as measured, ranks sharing cores (per-core: the other bound)",
+    "control_plane": (
+        "the scale run's coordinators replayed on a cluster (docs/scale.md), the band down to the run's own "
+        "curves (its participants on 2 cores: an upper bound); measured: those curves alone"
+    ),
+    "gpu_phases": "on: the GPU phases below, assumed from published figures (false: a CPU-only projection)",
+    "comm_init_at": (
+        "MegaScale (ByteDance, NSDI 2024): a 2,048-GPU job's initialisation cut from 1,047 s to under 5 s, "
+        "over 10,000 GPUs under 30 s, with its optimisations; NVIDIA/nccl issue 1156: ~2.5 min at large "
+        "scale on NCCL's default path, on launch and on restart"
+    ),
+    "comm_init_growth": (
+        "linear: NCCL's bootstrap all-gather passes every rank's address round a ring of N steps; the O(N^2) "
+        "loops NVIDIA/nccl PR 1789 removed (26 s at 96K ranks) are left out"
+    ),
+    "storage_read_gb_s": (
+        "Llama 3 report, section 3.3.1: Tectonic sustains 2 TB/s (7 TB/s peak) for 16K GPUs' checkpoints of "
+        "1 MB to 4 GB per GPU; DeepSeek's 3FS reads 6.6 TiB/s from 180 storage nodes"
+    ),
+    "host_start_at": (
+        "Kubernetes pod start-up SLO: 5 s at the 99th percentile for one pod, images pulled; JobSet KEP-262: "
+        "recreating a JobSet takes ~1 minute at ~15k nodes"
+    ),
+    "host_start_growth": "linear in hosts: a scheduler creates and places one pod per host",
 }
 
 
@@ -149,11 +203,33 @@ def _expect(key: str) -> str:
         "bytes_per_param": "a positive number of bytes",
         "shard_gpus": "a positive integer",
         "state_bytes_per_gpu": "a positive number of bytes",
+        "gpu_phases": "true or false",
+        "control_plane": '"model" or "measured"',
+        "comm_init_at": "a list of [GPUs, seconds] pairs, 1 to 16, GPUs distinct positive integers, seconds >= 0",
+        "host_start_at": "a list of [hosts, seconds] pairs, 1 to 16, hosts distinct positive integers, seconds >= 0",
+        "comm_init_growth": '"linear", "log" or "constant"',
+        "host_start_growth": '"linear", "log" or "constant"',
+        "storage_read_gb_s": "a positive number of GB/s",
     }[key]
 
 
 def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _points(v: Any) -> tuple[tuple[float, float], ...] | None:
+    """Published (count, seconds) pairs, or None when ``v`` is not 1 to 16 of them."""
+    if not isinstance(v, list) or not 0 < len(v) <= 16:
+        return None
+    out = []
+    for pair in v:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_number(x) for x in pair)):
+            return None
+        n, s = pair
+        if not (isinstance(n, int) and 0 < n <= 10**8 and 0 <= s <= 1e6):
+            return None
+        out.append((float(n), float(s)))
+    return tuple(out) if len({n for n, _ in out}) == len(out) else None
 
 
 def _check(file: str, key: str, v: Any) -> Any:
@@ -178,6 +254,8 @@ def _check(file: str, key: str, v: Any) -> Any:
         ok = v in ("daly", "young")
     elif key == "oversubscribed":
         ok = v in ("measured", "per-core")
+    elif key == "control_plane":
+        ok = v in ("model", "measured")
     elif key in ("model_params", "state_bytes_per_gpu"):
         ok = _number(v) and 0 < v <= 1e16
         v = float(v) if ok else v
@@ -186,6 +264,16 @@ def _check(file: str, key: str, v: Any) -> Any:
         v = float(v) if ok else v
     elif key == "shard_gpus":
         ok = isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 10**8
+    elif key == "gpu_phases":
+        ok = isinstance(v, bool)
+    elif key in POINT_KEYS:
+        pts = _points(v)
+        ok, v = pts is not None, pts if pts is not None else v
+    elif key in ("comm_init_growth", "host_start_growth"):
+        ok = v in ("linear", "log", "constant")
+    elif key == "storage_read_gb_s":
+        ok = _number(v) and 0 < v <= 1e9
+        v = float(v) if ok else v
     else:
         raise ConfigError(file, key, "one of " + ", ".join(f.name for f in fields(TargetCluster)), v)
     if not ok:
@@ -225,6 +313,10 @@ def lines(c: TargetCluster) -> list[str]:
         v = getattr(c, f.name)
         src = SOURCES[f.name] if v == getattr(default, f.name) else "set by the user"
         shown = ", ".join(f"{x:,}" for x in v) if f.name == "gpus" else (f"{v:.4g}" if isinstance(v, float) else v)
+        if f.name in POINT_KEYS:
+            unit = "GPU" if f.name == "comm_init_at" else "host"
+            shown = "; ".join(f"{n:,.0f} {unit}{'' if n == 1 else 's'}: {s:g} s" for n, s in v)
+        shown = str(v).lower() if isinstance(v, bool) else shown
         shown = "unset" if v is None else shown
         out.append(f"{f.name} = {shown}  ({src})")
     return out

@@ -10,6 +10,9 @@ costs L(N) seconds of wall time:
         measured catch-up phase (steps recomputed after recovery)
       + degraded running: (shrink / N) x seconds until the world is full again, for a
         stack that goes on with a smaller world (measured, else assumed)
+      + the GPU phases a cluster adds (communicator initialisation, a checkpoint load
+        from storage, a replacement host), assumed from published figures for the stacks
+        that pay them, beyond the run's own phase doing the same work (:mod:`bench.project.gpu`)
 
 The fraction of wall time spent training is
 
@@ -40,24 +43,44 @@ the 5th to 95th percentile of E. The estimate is E from all the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from bench.project.assumptions import TargetCluster
 from bench.project.fit import Choice, ModelName
+from bench.project.gpu import GPU_PARTS, Cost
+from bench.project.gpu import lost as gpu_lost
 from bench.project.inputs import Band, Inputs
 from bench.project.source import CATCHUP, PointFigures
 from bench.scale import growth
 from bench.scenario.figures import phase_name
 
-#: Parts of the lost time, in the order tables list them.
-PARTS = ("detect", "recover", "replay", "degraded", "checkpoint", "tax")
+#: Parts of the lost time, in the order tables list them (the GPU phases assumed from
+#: published figures after the measured recovery: :mod:`bench.project.gpu`).
+PARTS = ("detect", "recover", *GPU_PARTS, "replay", "degraded", "checkpoint", "tax")
 BAND = (5.0, 95.0)
 UNMEASURED = "constant (not measured at other sizes)"
 #: The phase a state fit replaces: the recovery's state transfer.
 RESTORE = "restore"
+
+
+class Growth(Protocol):
+    """How a phase grows with the job: a fit (:class:`Scaling`) or a model's curve."""
+
+    @property
+    def count(self) -> Callable[[float], float] | None:
+        """Participants of a job of so many GPUs (None: read at the GPUs themselves)."""
+
+    def x(self, gpus: float) -> float: ...
+
+    def coefs(self, rng: np.random.Generator | None, replicates: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def shift(self, coefs: tuple[np.ndarray, np.ndarray], w0: float, n: float) -> np.ndarray: ...
+
+    def describe(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -140,6 +163,12 @@ class Cell:
     tau_how: str
     shares: dict[str, float] = field(default_factory=dict)
     """Share of wall time of each part (PARTS)."""
+    gpu: dict[str, Cost] = field(default_factory=dict)
+    """The GPU phases the stack pays at this size (empty with ``gpu_phases = false``)."""
+    bound: float | None = None
+    """E with the control-plane phases as the scale run measured them (its participants
+    on 2 cores: an upper bound on their time), where the model of the protocols gave the
+    estimate; the band reaches down to it."""
 
 
 @dataclass
@@ -221,9 +250,9 @@ def taxes(tax: Band | None, rng: np.random.Generator, replicates: int) -> tuple[
 def project(
     point: PointFigures,
     cluster: TargetCluster,
-    scaling: dict[str, Scaling],
+    scaling: Mapping[str, Growth],
     *,
-    added: dict[str, Scaling] | None = None,
+    added: Mapping[str, Growth] | None = None,
     inputs: Inputs | None = None,
     replicates: int = 1000,
     seed: int = 0,
@@ -273,6 +302,9 @@ def project(
         tau, how = cluster.interval(n, delta) if point.checkpoints else (None, "no checkpoints")
         b_shifts = {ph: s.shift(b_coefs[ph], point.world, n) for ph, s in scaling.items()}
         shifts = {ph: s.shift(coefs[ph], point.world, n) for ph, s in scaling.items()}
+        # What a GPU phase is credited against: each phase's own growth, not control-plane
+        # time another phase's curve adds to it (reinit's resume step lands in reconfigure).
+        b_own, own = dict(b_shifts), dict(shifts)
         for ph, s in added.items():
             b_shifts[ph] = b_shifts.get(ph, 0.0) + s.shift(b_added[ph], point.world, n)
             shifts[ph] = shifts.get(ph, 0.0) + s.shift(c_added[ph], point.world, n)
@@ -286,10 +318,14 @@ def project(
             extra = shifts[RESTORE] if on_top else 0.0
             b_shifts[RESTORE] = restore.draws(nbytes, rng, replicates) - b_mean[:, restore_at] + b_extra
             shifts[RESTORE] = np.array([restore.at(nbytes) - mean[0, restore_at]]) + extra
+            b_own[RESTORE], own[RESTORE] = b_shifts[RESTORE], shifts[RESTORE]
         b_tau = np.array([cluster.interval(n, float(d))[0] for d in b_delta]) if tau is not None else None
         b_parts = lost_parts(point, b_mean, b_deg, b_shifts, n, cluster, b_tau)
+        b_parts.update(gpu_lost(point, cluster, n, at_size(point, b_mean, b_own))[0])
         boot = effective(b_parts, rate, b_tau, b_delta, b_tax)[0]
         parts = lost_parts(point, mean, deg, shifts, n, cluster, tau)
+        gpu_parts, gpu_costs = gpu_lost(point, cluster, n, at_size(point, mean, own))
+        parts.update(gpu_parts)
         eff, shares = effective(parts, rate, tau, delta, t_value)
         e = float(eff[0])
         low, high = (float(x) for x in np.percentile(boot, BAND)) if replicates else (e, e)
@@ -304,9 +340,15 @@ def project(
                 tau_s=tau,
                 tau_how=how,
                 shares={k: float(v[0]) for k, v in shares.items()},
+                gpu=gpu_costs,
             )
         )
     return proj
+
+
+def at_size(point: PointFigures, mean: np.ndarray, shifts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each phase's seconds at the cluster size, per row (as :func:`lost_parts` counts them)."""
+    return {ph: np.maximum(0.0, mean[:, i] + shifts.get(ph, 0.0)) for i, ph in enumerate(point.phases)}
 
 
 def fmt_pct(x: float) -> str:

@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from bench.project import Result, build
+from bench.project import Result, build, gpu
 from bench.project.assumptions import lines
 from bench.project.model import PARTS, UNMEASURED, Cell, Projection, fmt_pct
 from bench.report.tables import markdown, text_table
@@ -135,7 +135,7 @@ def _control(res: Result, strategy: str, gpus: int) -> str:
     if used:
         point = next(p.point for p in res.projections if p.point.strategy == strategy)
         where = {u.phase: u.phase if u.phase in point.phases else u.fallback for u in used}
-        return "measured: " + "; ".join(u.describe(gpus, where[u.phase]) for u in used)
+        return "; ".join(u.describe(gpus, where[u.phase]) for u in used)
     if res.control is None:
         return "assumed: as the run and --scaling give it (no scale run)"
     return "none measured for this stack (its phases as the run and --scaling give them)"
@@ -167,6 +167,24 @@ def inputs_lines(res: Result) -> list[str]:
             else "checkpoint_write_s is not used: every checkpointing stack's write is measured"
         )
     return out + inp.notes
+
+
+def gpu_table(res: Result) -> pd.DataFrame:
+    """The GPU phases each stack pays at each size (:mod:`bench.project.gpu`)."""
+    return pd.DataFrame(gpu_rows(res))
+
+
+def _gpu_text(res: Result) -> list[str]:
+    """The GPU phases' section of the terminal output."""
+    head = ["", "GPU phases (assumed from published figures; share of wall time as in the table above):", ""]
+    table = [text_table(gpu_table(res))] if res.cluster.gpu_phases else []
+    return head + table + [f"  {line}" for line in gpu_lines(res)]
+
+
+def _gpu_markdown(res: Result) -> list[str]:
+    """The GPU phases' section of ``project.md``."""
+    table = [markdown(gpu_table(res))] if res.cluster.gpu_phases else []
+    return ["## GPU phases, assumed from published figures", "", *table, *(f"- {line}" for line in gpu_lines(res)), ""]
 
 
 def _pct(v: float) -> float:
@@ -232,7 +250,8 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
             )
     fig.suptitle(
         f"Projected from {res.run.tag}; band: 5-95 % bootstrap"
-        + ("" if res.scaling or res.control else " (phases assumed constant)"),
+        + (", and down to the control plane as measured on 2 cores" if res.control is not None else "")
+        + ("" if res.scaling or res.control else " (phases assumed constant; no scale run)"),
         fontsize=9,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,17 +259,40 @@ def plot(res: Result, path: Path, *, replicates: int = 200) -> Path:
     return path
 
 
+def headline(res: Result) -> str:
+    """The first line: where the control plane's growth came from, or that it did not."""
+    if res.control is None:
+        return (
+            "NO SCALE RUN: the control-plane phases (rendezvous, quorum, barriers, membership) are taken as the "
+            "failure run measured them at its own size, constant with the job; at thousands of GPUs they are "
+            "not (run `ftbench scale`, then project again)."
+        )
+    if res.cluster.control_plane == "measured":
+        return (
+            f"Control-plane phases from the scale run {res.control.tag} as measured on its machine's cores (an "
+            "upper bound on their time; control_plane = model replays them on a cluster)."
+        )
+    return (
+        f"Control-plane phases from the model of each coordinator on a cluster, calibrated by the scale run "
+        f"{res.control.tag}; bands reach down to that run's own curves (its participants on 2 cores)."
+    )
+
+
 def text(res: Result) -> str:
     """What the CLI prints."""
     parts = [
-        "Effective training time (share of wall time spent training; 90 % bootstrap band) "
-        f"projected from {res.run.tag}:",
+        headline(res),
+        "",
+        "Effective training time (share of wall time spent training; 90 % bootstrap band"
+        + (", and down to the control plane as measured on 2 cores" if res.control is not None else "")
+        + f") projected from {res.run.tag}:",
         "",
         text_table(effective_table(res)),
         "",
         "Where the time goes (share of wall time):",
         "",
         text_table(parts_table(res)),
+        *_gpu_text(res),
         "",
         "Measured and assumed inputs:",
         "",
@@ -274,6 +316,8 @@ def write(res: Result, out: Path, png: Path) -> Path:
     doc = [
         f"# Effective training time at cluster scale: {res.run.name}",
         "",
+        f"**{headline(res)}**",
+        "",
         f"Projected from `{res.run.path}`" + (f" with phase growth from `{res.scaling.path}`." if res.scaling else "."),
         "Cells: share of wall time spent training, `estimate [5–95 % bootstrap band]`; `—`: no projection (see note).",
         "",
@@ -283,6 +327,7 @@ def write(res: Result, out: Path, png: Path) -> Path:
         "## Where the time goes",
         "",
         markdown(parts_table(res)),
+        *_gpu_markdown(res),
         "## Measured and assumed inputs",
         "",
         markdown(inputs_table(res)),
@@ -301,3 +346,63 @@ def write(res: Result, out: Path, png: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     md.write_text("\n".join(doc) + "\n")
     return md
+
+
+def gpu_rows(res: Result) -> list[dict[str, object]]:
+    """Per projected point and size: each GPU phase's published seconds, what they were read
+    at and what is counted beyond the run's own phase; '-' where the stack skips it."""
+    rows: list[dict[str, object]] = []
+    for p in res.projections:
+        if p.point.reason:
+            continue
+        for cell in p.cells:
+            row: dict[str, object] = {"fault": p.point.fault, "strategy": p.point.strategy, "GPUs": f"{cell.gpus:,}"}
+            for part in gpu.GPU_PARTS:
+                cost = cell.gpu.get(part)
+                row[part] = (
+                    "-"
+                    if cost is None
+                    else f"{gpu.fmt(cost.seconds)} ({cost.over}); counted {gpu.fmt(cost.counted)}, "
+                    f"{100 * cell.shares.get(part, 0.0):.2f} %"
+                )
+            rows.append(row)
+    return rows
+
+
+def gpu_lines(res: Result) -> list[str]:
+    """What the GPU phases are, where their figures come from, and who pays them."""
+    c = res.cluster
+    if not c.gpu_phases:
+        return [
+            "GPU phases left out (gpu_phases = false): a projection of what the CPU run measured alone, to compare "
+            "with; a GPU cluster's recovery also initialises communicators, reads checkpoints from storage and "
+            "waits for hosts."
+        ]
+    sizes = c.gpus
+    out = [
+        "Assumed from published figures, not measured here (--set gpu_phases=false leaves them out). Each counts "
+        "beyond the run's own phase that does the same work (group formation, restore): the longer is what a "
+        "cluster waits.",
+        "comm_init: "
+        + ", ".join(f"{gpu.comm_init_s(c, n):.3g} s over {n:,} GPUs" for n in sizes)
+        + f" ({c.comm_init_growth} through {gpu.points(c.comm_init_at, 'GPUs')}"
+        + f"{gpu.beyond(c.comm_init_at, max(sizes))})",
+        "storage_load: "
+        + ", ".join(f"{gpu.load_s(c, n, n):.3g} s for {n:,} GPUs" for n in sizes)
+        + f" (each GPU's {gpu.state_per_gpu(c, max(sizes)) / 1e9:.3g} GB at {max(sizes):,}"
+        + (" (Llama 3's largest per GPU: set model_params or state_bytes_per_gpu)" if c.state_bytes(1) is None else "")
+        + f", read together at {c.storage_read_gb_s:g} GB/s)",
+        "host_start: "
+        + ", ".join(f"{gpu.host_start_s(c, c.hosts(n)):.3g} s for {c.hosts(n):,} hosts" for n in sizes)
+        + f" ({c.host_start_growth} through {gpu.points(c.host_start_at, 'hosts')}"
+        + f"{gpu.beyond(c.host_start_at, c.hosts(max(sizes)))})",
+    ]
+    seen = dict.fromkeys(p.point.strategy for p in res.projections if not p.point.reason)
+    for st in seen:
+        pays = gpu.PAYS.get(st)
+        out.append(
+            f"{st}: {pays.why}"
+            if pays
+            else f"{st}: no GPU phases declared for it (bench/project/gpu.py PAYS), so it pays none: flattering"
+        )
+    return out

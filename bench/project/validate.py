@@ -30,13 +30,15 @@ import pandas as pd
 
 from bench.procs.events import read_events
 from bench.project.assumptions import TargetCluster
+from bench.project.gpu import GPU_PARTS
 from bench.project.model import BAND, PARTS, effective, lost_parts
 from bench.project.source import CATCHUP, PointFigures, points
 from bench.results.effective import Effective, measure
 from bench.results.reader import Run
 
-#: Parts of lost time a chaos trial measures directly (the tax is the stack's own step).
-MEASURED_PARTS = tuple(p for p in PARTS if p != "tax")
+#: Parts of lost time a chaos trial measures directly (the tax is the stack's own step;
+#: the GPU phases are a cluster's, assumed, and no part of a run on this machine).
+MEASURED_PARTS = tuple(p for p in PARTS if p not in ("tax", *GPU_PARTS))
 NEVER = ("not_injected",)
 #: Outcomes of a fault whose window (up to the next injection) ended before it
 #: recovered: the next one came during its recovery.

@@ -103,7 +103,7 @@ class AbortableCollectives:
         ddp.register_comm_hook(None, lambda _state, bucket: self.all_reduce_async(bucket.buffer()))
 
     def all_reduce_async(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
-        out: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        out = future_for(tensor)
         with self._lock:
             if self._aborted is not None:
                 _fail(out, CollectiveError(self._aborted, "peer_abort"))
@@ -167,6 +167,15 @@ class AbortableCollectives:
         except Exception:
             return  # the watch timed out (trial deadline) or the store is gone
         self.abort(f"{ABORT_TAG}: {reason}")
+
+
+def future_for(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    """A future that may complete with ``tensor``: one made without devices refuses a
+    CUDA result ("not among the expected device(s)"), so a GPU tensor's names its
+    device (a CPU one must name none: torch wants device indices there)."""
+    if tensor.device.type == "cuda":
+        return torch.futures.Future(devices=[tensor.device])
+    return torch.futures.Future()
 
 
 def _fail(fut: torch.futures.Future[torch.Tensor], error: CollectiveError) -> None:

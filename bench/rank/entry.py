@@ -187,15 +187,28 @@ def store_client(spec: RankSpec) -> Any:
     )
 
 
-def device(spec: RankSpec) -> torch.device:
-    """The rank's device: its own GPU with NCCL (``LOCAL_RANK`` under torchrun), else CPU."""
+def device(spec: RankSpec, events: EventWriter | None = None) -> torch.device:
+    """The rank's device: CUDA with NCCL or with ``workload.device = "cuda"`` (its own GPU
+    under NCCL, by ``LOCAL_RANK`` under torchrun; ranks on gloo may share one), else CPU.
+
+    On CUDA the context is made here rather than by the first kernel, and stamped
+    (``cuda_ready``, with the seconds it took): a restarted worker's CUDA start-up is a
+    recovery phase of its own, not hidden in building the model."""
+    import time
+
     import torch
 
-    if spec.backend == "nccl":
-        index = int(os.environ.get("LOCAL_RANK", spec.rank)) % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+    if spec.backend != "nccl" and spec.workload.device != "cuda":
+        return torch.device("cpu")
+    start = time.perf_counter()
+    index = int(os.environ.get("LOCAL_RANK", spec.rank)) % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    dev = torch.device("cuda", index)
+    torch.empty(1, device=dev)  # the primary context exists once a first allocation is made
+    torch.cuda.synchronize(dev)
+    if events is not None:
+        events.emit("cuda_ready", device=index, cuda_init_s=time.perf_counter() - start)
+    return dev
 
 
 def install_hooks(spec: RankSpec, events: EventWriter) -> Sequence[Hook]:

@@ -33,11 +33,8 @@ def train(spec: RankSpec, events: EventWriter) -> int:
     hooks = install_hooks(spec, events)
     policy: RankPolicy = load_path(spec.policy)(spec, events, hooks)
     wl = spec.workload
-    workload: Workload = load_path(spec.workload_impl)(
-        wl.params, seed=spec.seed, world_size=wl.world_size, device=device(spec)
-    )
+    workload = build_workload(spec, events)
     RETIRED.append(workload)
-    events.emit("workload_ready")
     pos = policy.start(workload)
     if pos is None:
         return 0
@@ -97,10 +94,6 @@ def train(spec: RankSpec, events: EventWriter) -> int:
             return answer
         pos = answer
     policy.finish(pos)
-    # The GPU's peak is only known inside the rank; /proc sees host memory.
-    cuda = (
-        {"cuda_peak_bytes": torch.cuda.max_memory_allocated(workload.device)} if workload.device.type == "cuda" else {}
-    )
     events.emit(
         "train_end",
         step=pos.committed,
@@ -109,6 +102,37 @@ def train(spec: RankSpec, events: EventWriter) -> int:
         cpu_s=time.process_time(),
         between_s=between_s,
         **workload.checksum(),
-        **cuda,
+        **device_memory(workload.device),
     )
     return 0
+
+
+def build_workload(spec: RankSpec, events: EventWriter) -> Workload:
+    """The point's workload on the rank's device, stamped for the phases of a rank that
+    starts: ``cuda_ready`` (its CUDA context; CUDA only), ``workload_ready`` (model and
+    optimizer built in host memory) and ``upload_end`` (both moved to the GPU, with the
+    bytes; CUDA only), so that a restart's build and its upload are phases apart."""
+    wl = spec.workload
+    dev = device(spec, events)
+    workload: Workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size, device=dev)
+    events.emit("workload_ready")
+    if dev.type != "cuda":
+        workload.upload()  # host to host: nothing moves, nothing to stamp
+        return workload
+    start = time.perf_counter()
+    nbytes = workload.upload()
+    torch.cuda.synchronize(dev)
+    events.emit("upload_end", bytes=nbytes, upload_s=time.perf_counter() - start)
+    return workload
+
+
+def device_memory(dev: torch.device) -> dict[str, int]:
+    """The rank's peaks of GPU memory for ``train_end`` ({} off CUDA): what torch's
+    caching allocator handed out, and what it reserved from the driver. Only the rank
+    knows them (/proc sees host memory); the CUDA context's own memory is in neither."""
+    if dev.type != "cuda":
+        return {}
+    return {
+        "cuda_peak_bytes": torch.cuda.max_memory_allocated(dev),
+        "cuda_reserved_peak_bytes": torch.cuda.max_memory_reserved(dev),
+    }

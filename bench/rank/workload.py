@@ -37,6 +37,13 @@ class Workload(ABC):
         Raises :class:`bench.rank.comm.CollectiveError` when a collective fails.
         """
 
+    def upload(self) -> int:
+        """Move what the constructor built in host memory to :attr:`device` (model and
+        optimizer state); the bytes moved. Called once, right after construction, so that
+        a GPU rank's upload is timed apart from the build. A workload that allocates on
+        its device directly has nothing to move (0)."""
+        return 0
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a peer needs to continue from this rank's state."""
         return {}
@@ -58,3 +65,23 @@ class Workload(ABC):
         """``digest`` (bitwise identity) and ``l1`` (magnitude) of the trained state, to
         tell replicas that diverged or a run that learnt something wrong; {} if none."""
         return {}
+
+
+def move(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, device: torch.device) -> int:
+    """``module`` and ``optimizer``'s state to ``device``; the bytes that moved.
+
+    ``Module.to`` keeps each Parameter object and swaps its data, so an optimizer made
+    over the host parameters goes on stepping the moved ones; the state it already
+    holds (momentum, Adam's moments) is moved beside them, but for ``step``, which torch
+    keeps in host memory unless the optimizer is capturable or fused (as its own
+    ``load_state_dict`` does)."""
+    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}  # a tied weight once
+    nbytes = sum(t.nbytes for t in tensors.values() if t.device != device)
+    module.to(device)
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if key != "step" and isinstance(value, torch.Tensor) and value.device != device:
+                    nbytes += value.nbytes
+                    state[key] = value.to(device)
+    return nbytes

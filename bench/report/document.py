@@ -11,6 +11,7 @@ import base64
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.report import checkpoints, datapos, diagnosis, mix, output, plots, statesize, tables, tax, timeline
 from bench.report.blocks import Report
@@ -158,9 +159,19 @@ def _calibration(rep: Report, runs: list[Run]) -> None:
             "script run as a command job watched from outside (`path=blackbox`). `diff` is the "
             "difference of the medians (ftbench - reference) with a bootstrap 95 % interval; the "
             f"tolerance is max({tol.get('abs_s', 0) * 1e3:g} ms, {tol.get('rel', 0):.0%} of the "
-            "reference median) (half a step for steps_lost).",
+            "reference median) (half a step for steps_lost). A figure agrees when the whole interval "
+            "lies within the tolerance, disagrees when it lies wholly beyond it, and cannot tell "
+            "otherwise (or with too few trials); the run exits 0, 1 or 2 on them, as `ftbench gate` "
+            f"does{_calibration_outcome(cal)}.",
         )
         rep.add("table", table=tables.calibration(cal))
+
+
+def _calibration_outcome(cal: dict[str, Any]) -> str:
+    """The run's own verdict, where it recorded one (runs before verdicts did not)."""
+    if "verdict" not in cal:
+        return ""
+    return f": this one **{cal['verdict']}** (exit {cal.get('exit_status', '?')})"
 
 
 def _projection(rep: Report, runs: list[Run]) -> None:

@@ -21,7 +21,16 @@ from bench.report.blocks import Report
 from bench.report.plots import save
 from bench.report.tables import seconds, size
 from bench.results.reader import Run
-from bench.results.statefit import GB, PHASES, StateFit, fit_state_phases, points, varies
+from bench.results.statefit import (
+    GB,
+    PHASES,
+    StateFit,
+    by_design,
+    checkpoint_designs,
+    fit_state_phases,
+    points,
+    varies,
+)
 
 #: What each fitted phase is, for the table and the plot titles.
 MEANING = {
@@ -29,13 +38,17 @@ MEANING = {
     "checkpoint_blocked": "checkpoint_blocked_s (per save) against checkpoint_bytes",
     "phase_restore": "the stack's restore phase (new group to loaded state) against restore_bytes",
     "phase_build": "the stack's build phase (a new process builds model and optimizer) against restore_bytes",
+    "checkpoint_background": "checkpoint_background_s (per asynchronous save: the write left to the background) "
+    "against checkpoint_bytes",
+    "phase_upload": "the stack's upload phase (a new GPU rank moves model and optimizer to the device) against "
+    "restore_bytes",
 }
 
 
 def section(rep: Report, runs: list[Run], plot_dir: Path) -> None:
     """Add the section for every run whose state bytes vary."""
     for run in runs:
-        trials = run.measured()
+        trials = by_design(run.measured(), checkpoint_designs(run))
         if trials.empty or not varies(trials):
             continue
         fits = fit_state_phases(trials)
@@ -46,7 +59,8 @@ def section(rep: Report, runs: list[Run], plot_dir: Path) -> None:
             "squares over fault trials; the slope in seconds per GB (10^9 bytes) with a bootstrap 95 % "
             "interval over trials (seeded). A line needs at least 2 sizes and 3 trials; with fewer there "
             "is no row. Bytes are what the phase moved: `restore_bytes` is one transfer (a rank's state), "
-            "`checkpoint_bytes` what one save wrote, every rank together. "
+            "`checkpoint_bytes` what one save wrote, every rank together. A stack whose points saved with "
+            "several checkpoint designs has a line per design (`restart (dcp)`). "
             + "; ".join(f"`{k}`: {v}" for k, v in MEANING.items())
             + ".",
         )

@@ -10,12 +10,13 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pandas as pd
 
 from bench.report.series import Series
+from bench.results.agreement import judge
 from bench.results.reader import Run
 from bench.results.stats import describe, median
 from bench.scenario.figures import FAULT_FIGURES, figure, phase_name
@@ -164,16 +165,21 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def text_table(df: pd.DataFrame) -> str:
-    """Aligned columns for a terminal."""
+def text_table(df: pd.DataFrame, right: Collection[str] = ()) -> str:
+    """Aligned columns for a terminal; the columns named in ``right`` (numbers) are
+    right-aligned, heading included, so that their digits line up."""
     if df.empty:
         return "(no rows)"
     cols = [str(c) for c in df.columns]
     cells = [[str(v) for v in row] for row in df.itertuples(index=False)]
     width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(cols, width, strict=True)).rstrip()]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, width, strict=True)).rstrip() for r in cells]
-    return "\n".join(out)
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if c in right else v.ljust(w) for v, w, c in zip(values, width, cols, strict=True)
+        ).rstrip()
+
+    return "\n".join([line(cols), *(line(r) for r in cells)])
 
 
 def html_table(df: pd.DataFrame) -> str:
@@ -200,18 +206,20 @@ def calibration(cal: dict[str, Any]) -> pd.DataFrame:
     """One row per case and figure, and one per instrument probe."""
     rows = []
     for c in cal.get("comparisons", []):
-        show = seconds if c.get("unit", "s") == "s" else (lambda v: f"{v:.1f} steps")
+        show = seconds if c.get("unit", "s") == "s" else (lambda v: "-" if math.isnan(v) else f"{v:.1f} steps")
+        num = {k: math.nan if c.get(k) is None else float(c[k]) for k in _CALIBRATION_NUMBERS}
+        n = min(c["n_bare"], c["n_ftbench"])
         rows.append(
             {
                 "case": c["case"],
                 "figure": c["figure"],
-                "n": min(c["n_bare"], c["n_ftbench"]),
-                "reference": show(c["bare_median_s"]),
-                "ftbench": show(c["ftbench_median_s"]),
-                "diff": show(c["diff_s"]),
-                "95 % CI of diff": f"[{show(c['ci_low_s'])}, {show(c['ci_high_s'])}]",
-                "tolerance": show(c["tolerance_s"]),
-                "verdict": "ok" if c["ok"] else "OUT OF BOUNDS",
+                "n": n,
+                "reference": show(num["bare_median_s"]),
+                "ftbench": show(num["ftbench_median_s"]),
+                "diff": show(num["diff_s"]),
+                "95 % CI of diff": f"[{show(num['ci_low_s'])}, {show(num['ci_high_s'])}]",
+                "tolerance": show(num["tolerance_s"]),
+                "verdict": _calibration_verdict(c, num, n),
             }
         )
     for name, p in (cal.get("probes") or {}).items():
@@ -224,6 +232,21 @@ def calibration(cal: dict[str, Any]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+_CALIBRATION_NUMBERS = ("bare_median_s", "ftbench_median_s", "diff_s", "ci_low_s", "ci_high_s", "tolerance_s")
+"""A comparison's numbers in run.json (None where a side had no value)."""
+
+
+def _calibration_verdict(c: dict[str, Any], num: dict[str, float], n: int) -> str:
+    """The verdict the run recorded; for a run made before verdicts were recorded (its
+    comparisons carry ``ok``, the median's old pass/fail), the verdict its interval gives
+    by today's rule, so that old and new runs read alike."""
+    if "verdict" in c:
+        note = c.get("verdict_note")
+        return str(c["verdict"]) + (f" ({note})" if note else "")
+    a = judge(num["diff_s"], num["ci_low_s"], num["ci_high_s"], num["tolerance_s"], n)
+    return a.verdict + (f" ({a.note()})" if a.note() else "")
 
 
 def host_clocks(runs: list[Run]) -> pd.DataFrame | None:

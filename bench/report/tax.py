@@ -37,7 +37,9 @@ def section(rep: Report, runs: list[Run], plot_dir: Path) -> None:
             "(trial k against failstop's trial k, so that the machine's drift cancels), else the ratio of "
             "the medians; each with a bootstrap 95 % interval. Memory is the kernel's peak resident set "
             "(VmHWM) of a rank and the job's largest resident total at one 0.1 s sample (ranks, the "
-            "stack's helpers, the store); bytes on the wire are counted at the hosts' interfaces over the "
+            "stack's helpers, the store); on GPU ranks, the largest rank's peaks of torch's allocated and "
+            "reserved device memory (the CUDA context's own not included); bytes on the wire are counted at "
+            "the hosts' interfaces over the "
             "steady state (`-`: not counted, see docs/results.md). `+procs`/`+threads`: what the stack "
             "adds to failstop's job.",
         )
@@ -74,7 +76,8 @@ def table(taxes: list[Tax]) -> pd.DataFrame:
                 "wall/step ratio": _ratio(t.wall_ratio, t.wall_low, t.wall_high),
                 "rank RSS peak": _size(m["rss_rank_peak_bytes"]),
                 "job RSS peak": _size(m["rss_job_peak_bytes"]),
-                "GPU peak": _size(m["cuda_rank_peak_bytes"]),
+                "GPU allocated peak": _size(m["cuda_rank_peak_bytes"]),
+                "GPU reserved peak": _size(m["cuda_rank_reserved_peak_bytes"]),
                 "wire/step": _size(m["wire_bytes_per_step"]),
                 "procs": _count(m["job_procs"]),
                 "+procs": _count(extra["job_procs"], signed=True),
@@ -84,7 +87,8 @@ def table(taxes: list[Tax]) -> pd.DataFrame:
             }
         )
     df = pd.DataFrame(rows)
-    empty = [c for c in ("GPU peak", "wire/step") if (df[c] == "-").all()]  # not measured on this machine
+    # Not measured on this machine: GPU memory off CUDA, the wire without namespaces.
+    empty = [c for c in ("GPU allocated peak", "GPU reserved peak", "wire/step") if (df[c] == "-").all()]
     return df.drop(columns=empty)
 
 

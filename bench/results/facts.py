@@ -61,6 +61,7 @@ class TrialFacts:
     rss_rank_peak_bytes: float = NAN
     rss_job_peak_bytes: float = NAN
     cuda_rank_peak_bytes: float = NAN
+    cuda_rank_reserved_peak_bytes: float = NAN
     wire_bytes_per_step: float = NAN
     job_procs: float = NAN
     job_threads: float = NAN
@@ -106,11 +107,12 @@ class FaultFigures:
     (``steps: ...; detection: ...``)."""
 
     def observed_from_outside(self, blind: dict[str, str], sources: dict[str, str]) -> None:
-        """Empty the figures that cannot be known (``blind``: figure -> why), say why,
-        and say where the rest came from."""
+        """Empty the figures and phases that cannot be known (``blind``: figure or phase
+        column -> why), say why, and say where the rest came from."""
         for name in blind:
-            if name in self.figures:
-                self.figures[name] = NAN
+            for known in (self.figures, self.phases):
+                if name in known:
+                    known[name] = NAN
         self.blind = "; ".join(f"{k}: {v}" for k, v in sorted(blind.items()))
         self.sources = "; ".join(f"{k}: {v}" for k, v in sources.items())
 

@@ -49,14 +49,22 @@ class GateResult:
     @property
     def status(self) -> int:
         """0 pass, 1 regression (or a service level missed), 2 insufficient data."""
-        if any(r.failing for r in self.rows) or any(not s.ok for s in self.slo_rows):
-            return REGRESSION
-        if any(r.mark == "?" for r in self.rows):
-            return INSUFFICIENT
-        compared = [r for r in self.rows if r.mark != "x"]
-        if not compared and not self.slo_rows:
-            return INSUFFICIENT
-        return PASS
+        return status_of(
+            failing=any(r.failing for r in self.rows) or any(not s.ok for s in self.slo_rows),
+            insufficient=any(r.mark == "?" for r in self.rows),
+            decided=any(r.mark != "x" for r in self.rows) or bool(self.slo_rows),
+        )
+
+
+def status_of(*, failing: bool, insufficient: bool, decided: bool) -> int:
+    """The gate's rule, shared with ``ftbench calibrate`` so that both exit alike: a
+    failure outweighs everything; then anything undecided, or nothing decided at all, is
+    not a pass (a CI job that measured nothing must not go green)."""
+    if failing:
+        return REGRESSION
+    if insufficient or not decided:
+        return INSUFFICIENT
+    return PASS
 
 
 def check_slos(run: Run, slos: Sequence[SLOSpec]) -> list[SloRow]:

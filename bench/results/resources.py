@@ -8,7 +8,10 @@ writes when a trial ends; this module turns it into the trial's figures:
 - ``rss_job_peak_bytes``: the largest sum of resident sets over the trial's processes
   alive at one sample (ranks, the stack's helpers, the store; not the harness);
 - ``cuda_rank_peak_bytes``: the largest ``torch.cuda.max_memory_allocated`` a rank
-  reported at ``train_end`` (ranks on GPUs only);
+  reported at ``train_end`` (ranks on GPUs only), and ``cuda_rank_reserved_peak_bytes``
+  the largest ``torch.cuda.max_memory_reserved`` (what its caching allocator held from
+  the driver: the memory other processes sharing the GPU could not have). Neither holds
+  the CUDA context's own memory. They come from the ranks, sampled or not;
 - ``job_procs`` / ``job_threads``: the most processes, and threads in them, alive at
   one sample;
 - ``wire_bytes_per_step``: bytes the job's hosts sent per step over the steady state
@@ -33,6 +36,7 @@ FIGURES = (
     "rss_rank_peak_bytes",
     "rss_job_peak_bytes",
     "cuda_rank_peak_bytes",
+    "cuda_rank_reserved_peak_bytes",
     "wire_bytes_per_step",
     "job_procs",
     "job_threads",
@@ -41,9 +45,13 @@ FIGURES = (
 
 def resource_figures(events: Sequence[Event], *, warmup_steps: int) -> dict[str, float]:
     out = dict.fromkeys(FIGURES, NAN)
-    cuda = [float(e["cuda_peak_bytes"]) for e in events if e["event"] == "train_end" and "cuda_peak_bytes" in e]
-    if cuda:
-        out["cuda_rank_peak_bytes"] = max(cuda)
+    for figure, field in (
+        ("cuda_rank_peak_bytes", "cuda_peak_bytes"),
+        ("cuda_rank_reserved_peak_bytes", "cuda_reserved_peak_bytes"),
+    ):
+        cuda = [float(e[field]) for e in events if e["event"] == "train_end" and field in e]
+        if cuda:
+            out[figure] = max(cuda)
     sampled = next((e for e in events if e["event"] == "resources"), None)
     if sampled is None:
         return out

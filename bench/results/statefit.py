@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
+from bench.results.reader import Run
 from bench.results.stats import percentile
 from bench.scenario.figures import phase_column
 
@@ -35,16 +36,20 @@ LEVEL = 0.95
 #: (phase, seconds column, bytes column). ``restore``: whatever a stack brackets with
 #: restore_start/restore_end (a checkpoint load, reinit's peer broadcast, torchft's heal).
 #: ``checkpoint_blocked``: per save, the time the loop was held, against what the save
-#: wrote. The strategy-declared phases that move or rebuild state: ``phase_restore``
-#: runs from the new group to the end of the load (so it adds the wait for the slowest
-#: rank's load to the transfer itself), ``phase_build`` is a replacement process building
-#: model and optimizer from scratch, which grows with the state too; both are fitted
-#: against the bytes the restore moved, the size of the state.
+#: wrote; ``checkpoint_background``: the same for what an asynchronous save left to the
+#: background (the write itself). The strategy-declared phases that move or rebuild
+#: state: ``phase_restore`` runs from the new group to the end of the load (so it adds
+#: the wait for the slowest rank's load to the transfer itself), ``phase_build`` is a
+#: replacement process building model and optimizer from scratch, which grows with the
+#: state too, and ``phase_upload`` (GPU ranks) moving them to the device; all three are
+#: fitted against the bytes the restore moved, the size of the state.
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("restore", "restore_s", "restore_bytes"),
     ("checkpoint_blocked", "checkpoint_blocked_s", "checkpoint_bytes"),
+    ("checkpoint_background", "checkpoint_background_s", "checkpoint_bytes"),
     ("phase_restore", phase_column("restore"), "restore_bytes"),
     ("phase_build", phase_column("build"), "restore_bytes"),
+    ("phase_upload", phase_column("upload"), "restore_bytes"),
 )
 
 
@@ -138,6 +143,31 @@ def fit_state_phases(trials: pd.DataFrame) -> list[StateFit]:
             if found is not None:
                 fits.append(found)
     return fits
+
+
+def checkpoint_designs(run: Run) -> dict[str, str]:
+    """point_hash -> the checkpoint design its stack's ``checkpoint`` knob named ("" for a
+    stack without one)."""
+    out = {}
+    for p in run.points():
+        params = run.point_config(p["point_hash"]).get("recovery", {}).get("params") or {}
+        out[p["point_hash"]] = str(params.get("checkpoint", "")) if isinstance(params, dict) else ""
+    return out
+
+
+def by_design(trials: pd.DataFrame, designs: Mapping[str, str]) -> pd.DataFrame:
+    """The rows with each strategy named with its checkpoint design (``restart (dcp)``)
+    where the run's rows of that strategy saved with more than one design, so that each
+    design gets lines of its own (a save's and a restore's cost per GB are the design's,
+    not the stack's); other rows as they are."""
+    if trials.empty or "strategy" not in trials.columns:
+        return trials
+    pairs = [(str(s), designs.get(str(h), "")) for s, h in zip(trials["strategy"], trials["point_hash"], strict=True)]
+    seen: dict[str, set[str]] = {}
+    for strategy, design in pairs:
+        seen.setdefault(strategy, set()).add(design)
+    named = [f"{s} ({d})" if d and len(seen[s]) > 1 else s for s, d in pairs]
+    return trials.assign(strategy=named)
 
 
 def varies(trials: pd.DataFrame) -> bool:

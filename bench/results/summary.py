@@ -1,4 +1,4 @@
-"""Per-point statistics and the tables ``ftbench run`` prints.
+"""Per-point statistics, and the full list of a point's figures ``ftbench run --all-figures`` prints.
 
 Only figures that exist are summarised: a NaN (a figure the outcome does not have) is
 left out of the median, and the count ``n`` says how many trials a statistic rests on.
@@ -92,34 +92,3 @@ def _num(value: float | None) -> str:
     if value == 0 or 1e-3 <= abs(value) < 1e5:
         return f"{value:>11.4f}"
     return f"{value:>11.3e}"
-
-
-SIDE_BY_SIDE = (
-    "ttd_s",
-    "ttd_all_s",
-    "ttr_s",
-    "downtime_s",
-    "steps_lost",
-    "goodput",
-    "degraded_step_ratio",
-    "loss_delta",
-    "ttfs_s",
-    "checkpoint_s",
-    "tokens_skipped",
-    "tokens_repeated",
-)
-
-
-def format_side_by_side(stats: dict[str, dict[str, Any]], figures: Sequence[str] = SIDE_BY_SIDE) -> str:
-    """One line per point: outcomes and the median of each figure (``-`` where none exists)."""
-    labels = [s["label"] for s in stats.values()]
-    width = max([len(x) for x in labels] + [5])
-    outcomes = [outcomes_text(s["outcomes"]) for s in stats.values()]
-    owidth = max([len(o) for o in outcomes] + [8])
-    shown = [f for f in figures if any(s["figures"].get(f, {}).get("n") for s in stats.values())]
-    head = f"{'point':<{width}}  {'outcomes':<{owidth}}" + "".join(f"{f:>{max(11, len(f) + 2)}}" for f in shown)
-    lines = ["medians per point:", head]
-    for s, out in zip(stats.values(), outcomes, strict=True):
-        cells = "".join(_num(s["figures"].get(f, {}).get("median")).rjust(max(11, len(f) + 2)) for f in shown)
-        lines.append(f"{s['label']:<{width}}  {out:<{owidth}}{cells}")
-    return "\n".join(lines)

@@ -216,19 +216,25 @@ class FaultWindow:
             if e["event"] == "discard" and not self._by_victim(e):
                 discards[e.get("pid")] = discards.get(e.get("pid"), 0) + 1
         self.fig["steps_discarded"] = float(max(discards.values(), default=0))
-        starts = {e.get("pid"): e["t"] for e in self.window if e["event"] == "restore_start"}
-        transfers = [
-            (e["t"] - starts[e.get("pid")], e.get("bytes"))
-            for e in self.window
-            if e["event"] == "restore_end" and e.get("pid") in starts
-        ]
+        # Each end with the start before it in its process: a job may load several files.
+        starts: dict[object, int] = {}
+        transfers: list[tuple[int, float | None]] = []
+        for e in self.window:
+            if e["event"] == "restore_start":
+                starts[e.get("pid")] = e["t"]
+            elif e["event"] == "restore_end" and e.get("pid") in starts:
+                size = e.get("bytes")
+                transfers.append((e["t"] - starts.pop(e.get("pid")), None if size is None else float(size)))
         if transfers:
             longest = max(transfers, key=lambda x: x[0])
             self.fig["restore_s"] = seconds(longest[0])
-            self.fig["restore_bytes"] = float(longest[1]) if longest[1] is not None else NAN
+            self.fig["restore_bytes"] = longest[1] if longest[1] is not None else NAN
 
     def _phases(self, t_detect: int, t_good: int) -> None:
-        boundary = t_detect
+        """Each phase runs from the boundary before it in time to its own: a job ftbench
+        did not write may do what the strategy lists in another order (load its
+        checkpoint before it wraps its model), and a phase is never negative."""
+        ends: list[tuple[int, str]] = []
         for name, spec in self.trial.phases:
             event_name, _, src = spec.partition("@")  # "event" or "event@src"
             ts = [
@@ -237,8 +243,11 @@ class FaultWindow:
                 if e["event"] == event_name and (not src or e.get("src") == src) and t_detect <= e["t"] <= t_good
             ]
             if ts:
-                self.phase_fig[phase_column(name)] = seconds(max(ts) - boundary)
-                boundary = max(ts)
+                ends.append((max(ts), name))
+        boundary = t_detect
+        for t, name in sorted(ends, key=lambda end: end[0]):  # stable: declared order on a tie
+            self.phase_fig[phase_column(name)] = seconds(t - boundary)
+            boundary = t
         self.phase_fig["phase_catchup_s"] = seconds(t_good - boundary)
 
 

@@ -46,6 +46,7 @@ ID_COLUMNS = (
     "strategy",
     "workload",
     "backend",
+    "device",
     "world_size",
     "fault",
     "fault_index",
@@ -236,6 +237,8 @@ class RunDir:
         it knows them; this module reads files and probes nothing)."""
         s = point.scenario
         rows = []
+        # Where the tensors were, as the ranks found it: a rank on a GPU stamps its context.
+        device = "cuda" if any(e["event"] == "cuda_ready" for e in events) else "cpu"
         parts = wall_parts(events, wall_s=wall_s, warmup_steps=s.workload.warmup_steps)
         for f in faults:
             row: dict[str, Any] = {
@@ -244,6 +247,7 @@ class RunDir:
                 "strategy": s.recovery.strategy,
                 "workload": s.workload.kind,
                 "backend": backend,
+                "device": device,
                 "world_size": s.workload.world_size,
                 "trial": trial,
                 "seed": s.measure.seed,

@@ -187,6 +187,7 @@ class Session:
             try:
                 w = point.scenario.workload
                 backend = machine.resolve_backend(w.backend, w.world_size)
+                machine.resolve_device(w.device, backend)  # CUDA asked for on a machine without: why
                 why = unavailable(point.scenario, cluster=self.cluster is not None)
                 if backend != "nccl" and point.scenario.launch.nccl.environment():
                     why = (

@@ -21,6 +21,10 @@ own and the participants are real client objects (torch's ``TCPStore``,
 - :mod:`bench.scale.servers`, :mod:`bench.scale.participants`: the coordinator's process
   and the participants' side, each using the stack's own classes;
 - :mod:`bench.scale.worker`: a process of participants, driven over a pipe;
+- :mod:`bench.scale.remote`, :mod:`bench.scale.hostside`, :mod:`bench.scale.capacity`:
+  the participants spread over a cluster's hosts (``--agents-at``): the harness's side,
+  each host agent's side (its processes of participants, relayed through the run store
+  as sealed JSON), what one host can hold;
 - :mod:`bench.scale.system`: what the operating system says (CPU time, bytes on the
   coordinator's port, the limits that bound N, the resolver);
 - :mod:`bench.scale.driver`: a sweep, point by point, until a limit stops it; what it

@@ -15,6 +15,12 @@ Processes: everything is started from one forkserver of the run (``ProcessHost``
 each carries the run's marker and a parent-death signal; the run's guard sweeps them if
 the harness dies, and :meth:`Driver.close` ends them on every other path (Ctrl-C
 included).
+
+Across hosts (``fleet``, :mod:`bench.scale.remote`) the coordinator stays here, listening
+on the one address the hosts reach, and the processes of participants are the hosts'
+own, started by their agents and reached through the run store; each host's agent ends
+them. The limits of the participants' side are then each host's, the coordinator's
+(a descriptor per connection) this one's.
 """
 
 from __future__ import annotations
@@ -25,15 +31,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bench.procs.launcher import ProcessHost
 from bench.scale import servers, system, worker
+from bench.scale.capacity import Capacity
 from bench.scale.coordinators import Coordinator, Op
 from bench.scale.records import Record, Stop
 from bench.scale.spec import ScaleSpec
+
+if TYPE_CHECKING:
+    from bench.scale.remote import Fleet
 
 RELEASE_AHEAD_S = 0.05
 """How far ahead of "now" an operation is released: every worker has the message by then."""
@@ -67,6 +77,14 @@ class Driver:
     progress: Callable[[str], None] = print
     workers: list[_Proc] = field(default_factory=list)
     dirty: bool = False
+    fleet: Fleet | None = None
+    """The hosts whose processes hold the participants (``--agents-at``); None: this machine."""
+
+    @property
+    def bind(self) -> str:
+        """Where the coordinator listens and the participants connect: loopback on one
+        machine, else the one address the hosts reach the harness at."""
+        return self.fleet.address if self.fleet is not None else "127.0.0.1"
 
     def __post_init__(self) -> None:
         self.ctx = self.host.context("forkserver", preload=("bench.scale.preload",))
@@ -93,17 +111,25 @@ class Driver:
         if self.dirty:
             self._stop_workers()
         while len(self.workers) < k:
-            parent, child = self.ctx.Pipe()
-            log = self.out / "logs" / f"worker-{len(self.workers)}.log"
-            p = self.ctx.Process(target=worker.main, args=(child, str(log), self.resolver), daemon=True)
-            p.start()
-            child.close()
-            proc = _Proc(p, parent)
+            proc = self._start_worker(len(self.workers))
             msg = self._recv(proc, START_S, "a participant process")
             proc.pid = int(msg[1])
             if msg[2]:
-                self.resolver_note = f"not isolated: {msg[2]}"
+                where = f"{self.fleet.host_of(len(self.workers)).name}: " if self.fleet is not None else ""
+                self.resolver_note = f"not isolated: {where}{msg[2]}"
             self.workers.append(proc)
+
+    def _start_worker(self, index: int) -> _Proc:
+        """Process of participants ``index``: forked here, or started by its host's agent."""
+        if self.fleet is not None:
+            process, conn = self.fleet.start_worker(index)
+            return _Proc(process, conn)  # type: ignore[arg-type]  # a Connection's send, poll and recv
+        parent, child = self.ctx.Pipe()
+        log = self.out / "logs" / f"worker-{index}.log"
+        p = self.ctx.Process(target=worker.main, args=(child, str(log), self.resolver), daemon=True)
+        p.start()
+        child.close()
+        return _Proc(p, parent)
 
     def _stop_workers(self) -> None:
         for w in self.workers:
@@ -123,6 +149,26 @@ class Driver:
         """End every process the driver started (the forkserver is the host's)."""
         self._stop_workers()
 
+    def probe(self, name: str) -> dict[str, Any]:
+        """One of :data:`bench.scale.probes.PROBES`, in a process of the run's forkserver;
+        ``{"error": why}`` where it could not run."""
+        from bench.scale import probes
+
+        parent, child = self.ctx.Pipe()
+        p = self.ctx.Process(target=probes.main, args=(child, name), daemon=True)
+        p.start()
+        child.close()
+        try:
+            status, value = self._recv(_Proc(p, parent), START_S, f"probe {name}")
+        except (TimeoutError, RuntimeError) as err:
+            status, value = "error", str(err)
+        finally:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        return dict(value) if status == "ok" else {"error": str(value)}
+
     def _all(self, message: tuple[Any, ...] | list[tuple[Any, ...]], timeout_s: float, what: str) -> list[Any]:
         messages = message if isinstance(message, list) else [message] * len(self.workers)
         for w, m in zip(self.workers, messages, strict=True):
@@ -132,39 +178,41 @@ class Driver:
     # --- limits ---------------------------------------------------------------------
 
     def limit(self, c: Coordinator, n: int) -> tuple[str, str] | None:
-        """(limit, why) when this machine cannot hold ``n`` participants of ``c``."""
+        """(limit, why) when the coordinator (here) or the participants' hosts (this
+        machine, or each host of the fleet) cannot hold ``n`` participants of ``c``."""
         fds = system.fd_limit()
         if n * c.connections + 64 > fds:
             return "descriptors", f"the coordinator would hold {n * c.connections:,} connections; RLIMIT_NOFILE {fds:,}"
-        if math.ceil(n / self.workers_for(c, n)) * c.descriptors + 64 > fds:
-            return "descriptors", f"{c.descriptors} per participant over {self.spec.max_workers} processes"
-        ports = system.ephemeral_ports()
-        if n * c.connections > ports - PORT_MARGIN:
-            return "ephemeral ports", (
-                f"{n * c.connections:,} connections to one address and port; {ports:,} local ports "
-                "(net.ipv4.ip_local_port_range)"
-            )
-        pid_max, used = system.thread_ids()
-        if n * c.threads + used + THREAD_MARGIN > pid_max:
-            return "thread ids", (
-                f"{n * c.threads:,} threads ({c.threads} a participant) + {used:,} in use > kernel.pid_max {pid_max:,}"
-            )
-        if n * c.threads > MAX_THREADS:
-            return "threads", (
-                f"{n * c.threads:,} threads ({c.threads} a participant) > {MAX_THREADS:,}, the most this machine runs "
-                "and stays responsive"
-            )
-        need = n * (256e3 * c.threads + 64e3 * c.connections)
-        if need > 0.8 * system.memory_available():
-            return (
-                "memory",
-                f"about {need / 1e9:.1f} GB for {n:,} participants; {system.memory_available() / 1e9:.1f} GB free",
-            )
+        for where, m, k, cap in self._sides(c, n):
+            why = side_limit(c, where, m, k, cap)
+            if why is not None:
+                return why
         return None
 
+    def _sides(self, c: Coordinator, n: int) -> list[tuple[str, int, int, Capacity]]:
+        """Each host of the participants' side: (its name, "" on one machine; the
+        participants it would hold; its processes of them; what it holds now)."""
+        if self.fleet is None:
+            return [("", n, self.workers_for(c, n), Capacity.here())]
+        caps = self.fleet.capacities()
+        k = self.workers_for(c, n)
+        held: dict[str, list[int]] = {}
+        for i, part in enumerate(np.array_split(np.arange(n), k)):
+            held.setdefault(self.fleet.host_of(i).name, []).append(len(part))
+        return [(f"{h}: ", sum(parts), len(parts), caps[h]) for h, parts in held.items()]
+
     def workers_for(self, c: Coordinator, n: int) -> int:
-        want = max(2, math.ceil(n / PER_WORKER), math.ceil(n * c.descriptors / (system.fd_limit() / 2)))
-        return max(1, min(n, want, self.spec.max_workers))
+        """Processes of participants for ``n`` of ``c``: on one machine 2 or more, up to
+        ``max_workers``; across hosts as many on each host as its share needs (up to
+        ``max_workers`` a host), at least one a host."""
+        if self.fleet is None:
+            want = max(2, math.ceil(n / PER_WORKER), math.ceil(n * c.descriptors / (system.fd_limit() / 2)))
+            return max(1, min(n, want, self.spec.max_workers))
+        hosts = len(self.fleet.links)
+        share = math.ceil(n / hosts)
+        fds = min(link.capacity.descriptors if link.capacity else system.fd_limit() for link in self.fleet.links)
+        each = max(1, math.ceil(share / PER_WORKER), math.ceil(share * c.descriptors / (fds / 2)))
+        return max(1, min(n, max(2, hosts * min(each, self.spec.max_workers))))
 
     # --- a point ----------------------------------------------------------------------
 
@@ -210,7 +258,7 @@ class Driver:
         log = self.out / "logs" / f"{c.name}-{n}-{rep}.server.log"
         knobs = self.spec.knobs()
         server = self.ctx.Process(
-            target=servers.main, args=(child, c.server, n, knobs, str(log), self.resolver), daemon=True
+            target=servers.main, args=(child, c.server, n, knobs, str(log), self.resolver, self.bind), daemon=True
         )
         server.start()
         child.close()
@@ -219,9 +267,16 @@ class Driver:
         try:
             msg = self._recv(proc, START_S, "the coordinator")
             if msg[0] != "ready":
-                return [Record(c.name, ops[0].name, n, rep, n, error=f"coordinator: {msg[1]}")]
-            _, address, port, pid = msg
-            records = self._ops(c, ops, n, rep, active, address, int(port), int(pid), knobs)
+                records = [Record(c.name, ops[0].name, n, rep, n, error=f"coordinator: {msg[1]}")]
+            else:
+                _, address, port, pid = msg
+                if self.fleet is not None:
+                    self.fleet.begin_point(k)
+                records = self._ops(c, ops, n, rep, active, address, int(port), int(pid), knobs)
+            if self.fleet is not None:  # the hosts the point's processes were on, their clocks' error
+                hosts, err = self.fleet.end_point(k, {"coordinator": c.name, "n": n, "rep": rep})
+                for r in records:
+                    r.hosts, r.clock_err_s = hosts, err
         finally:
             try:
                 parent.send(("stop",))
@@ -248,7 +303,9 @@ class Driver:
         from bench.scale.participants import Context
 
         d = self.spec.deadline_s
-        ctx = Context(coordinator=c.name, n=n, address=address, port=port, rep=rep, deadline_s=d, knobs=knobs)
+        ctx = Context(
+            coordinator=c.name, n=n, address=address, port=port, rep=rep, deadline_s=d, knobs=knobs, host=self.bind
+        )
         chunks = [list(part) for part in np.array_split(np.arange(n), len(active))]
         saved, self.workers = self.workers, active
         records: list[Record] = []
@@ -320,10 +377,10 @@ class Driver:
         expected = sum(len(x) for x in ids) - (1 if exclude is not None and any(exclude in x for x in ids) else 0)
         rec = Record(coordinator, op, n, rep, expected)
         self._all([("arm", op, x) for x in ids], d + 30, "arm")
-        cpu0, wire0 = system.cpu_s(pid), system.wire(port)
+        cpu0, wire0, svc0 = system.cpu_s(pid), system.wire(port), system.service(pid)
         release = time.monotonic_ns() + int(RELEASE_AHEAD_S * 1e9)
         replies = self._all(("go", release, d), d + 60, op)
-        cpu1, wire1 = system.cpu_s(pid), system.wire(port)
+        cpu1, wire1, svc1 = system.cpu_s(pid), system.wire(port), system.service(pid)
         lat, errors = [], []
         for _, results, _, _ in replies:
             for i, done_ns, err in results:
@@ -345,7 +402,42 @@ class Driver:
         if wire0 is not None and wire1 is not None:
             rec.sent_bytes, rec.received_bytes = wire1.sent - wire0.sent, wire1.received - wire0.received
             rec.connections = wire1.connections
+            rec.requests = wire1.segments_in - wire0.segments_in
+            rec.replies = wire1.segments_out - wire0.segments_out
+        if svc0 is not None and svc1 is not None:
+            rec.server_run_s = (svc1.run_ns - svc0.run_ns) / 1e9
+            rec.server_busy_s = (svc1.run_ns + svc1.wait_ns - svc0.run_ns - svc0.wait_ns) / 1e9
         return rec
+
+
+def side_limit(c: Coordinator, where: str, n: int, k: int, cap: Capacity) -> tuple[str, str] | None:
+    """The participants' side of :meth:`Driver.limit` on one host (``where``: "" on one
+    machine, else ``hN: ``): ``n`` participants over ``k`` processes."""
+    if math.ceil(n / k) * c.descriptors + 64 > cap.descriptors:
+        return "descriptors", f"{where}{c.descriptors} per participant over {k} processes"
+    if n * c.connections > cap.ephemeral_ports - PORT_MARGIN:
+        return "ephemeral ports", (
+            f"{where}{n * c.connections:,} connections to one address and port; {cap.ephemeral_ports:,} local "
+            "ports (net.ipv4.ip_local_port_range)"
+        )
+    used = cap.threads_in_use
+    if n * c.threads + used + THREAD_MARGIN > cap.pid_max:
+        return "thread ids", (
+            f"{where}{n * c.threads:,} threads ({c.threads} a participant) + {used:,} in use > kernel.pid_max "
+            f"{cap.pid_max:,}"
+        )
+    if n * c.threads > MAX_THREADS:
+        return "threads", (
+            f"{where}{n * c.threads:,} threads ({c.threads} a participant) > {MAX_THREADS:,}, the most this "
+            "machine runs and stays responsive"
+        )
+    need = n * (256e3 * c.threads + 64e3 * c.connections)
+    if need > 0.8 * cap.memory_available_bytes:
+        return (
+            "memory",
+            f"{where}about {need / 1e9:.1f} GB for {n:,} participants; {cap.memory_available_bytes / 1e9:.1f} GB free",
+        )
+    return None
 
 
 def _line(r: Record) -> str:

@@ -20,6 +20,9 @@ from bench.report.tables import markdown, text_table
 from bench.scale import anchors
 from bench.scale.coordinators import COORDINATORS
 from bench.scale.curves import THRESHOLDS, Curve, all_curves, fits_table, points_table
+from bench.scale.model import report
+from bench.scale.model.machine import CLUSTER, Machine
+from bench.scale.model.predict import Model
 from bench.scale.rundir import ScaleRun
 from bench.scale.spec import FULL_SIZES, ONCE_ABOVE
 
@@ -112,7 +115,22 @@ def _fit_line(ax: object, c: Curve, top: int, colour: str) -> None:
         ax.plot(xs, ys, style, color=colour, lw=1, alpha=0.8)  # type: ignore[attr-defined]
 
 
-def text(run: ScaleRun) -> str:
+def _model(run: ScaleRun, machine: Machine | None) -> tuple[Model, Machine] | None:
+    """The model of the protocols calibrated by ``run``, where the run has the readings."""
+    model = Model.of(run)
+    if not model.demand.ops:
+        return None
+    return model, machine or CLUSTER
+
+
+def model_text(run: ScaleRun, machine: Machine | None = None) -> str:
+    got = _model(run, machine)
+    if got is None:
+        return "No model: this run lacks the coordinator's service and segment readings (an older ftbench)."
+    return report.text(*got)
+
+
+def text(run: ScaleRun, machine: Machine | None = None) -> str:
     curves = all_curves(run)
     return "\n".join(
         [
@@ -132,15 +150,19 @@ def text(run: ScaleRun) -> str:
             "",
             text_table(anchors.table(run).drop(columns=["why they differ", "source"])),
             "",
+            model_text(run, machine),
+            "",
             "Context:",
             *(f"  {line}" for line in context_lines(run)),
         ]
     )
 
 
-def write(run: ScaleRun) -> tuple[Path, Path]:
+def write(run: ScaleRun, machine: Machine | None = None) -> tuple[Path, Path]:
     png = plot(run, run.path / "scale.png")
     curves = all_curves(run)
+    got = _model(run, machine)
+    modelled = report.markdown_sections(*got) if got is not None else ["## The model", "", model_text(run), ""]
     doc = [
         f"# Control planes at scale: {run.tag}",
         "",
@@ -161,6 +183,7 @@ def write(run: ScaleRun) -> tuple[Path, Path]:
         "## Published figures beside this run's",
         "",
         markdown(anchors.table(run)),
+        *modelled,
         "## Context",
         "",
         *(f"- {line}" for line in context_lines(run)),

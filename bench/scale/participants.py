@@ -238,7 +238,11 @@ class NVRxRank(Participant):
 
         # NVRx's store is a server on RANK 0 and a client elsewhere: the worker sets RANK=1.
         self.base: Any = TCPStore(
-            host_name=self.ctx.host, port=self.ctx.port, world_size=self.ctx.n, timeout=self.ctx.timeout, wait_for_workers=False
+            host_name=self.ctx.host,
+            port=self.ctx.port,
+            world_size=self.ctx.n,
+            timeout=self.ctx.timeout,
+            wait_for_workers=False,
         )
 
     def run(self, op: str) -> None:

@@ -17,6 +17,7 @@ import torch.distributed.elastic.rendezvous.dynamic_rendezvous  # noqa: F401
 
 import bench.rank.membership
 import bench.scale.participants
+import bench.scale.probes
 import bench.scale.servers
 import bench.scale.worker  # noqa: F401
 

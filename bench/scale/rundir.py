@@ -126,6 +126,9 @@ def load(path: str | Path) -> ScaleRun:
     missing = [c for c in ("coordinator", "op", "n", "p50_s", "p95_s", "all_s") if c not in df.columns]
     if missing:
         raise ConfigError(str(file), missing[0], "a column of points.csv")
+    for column in COLUMNS:  # a run of an older ftbench lacks the readings added since: empty, not 0
+        if column not in df.columns:
+            df[column] = math.nan
     return ScaleRun(path=p, info=info, records=df)
 
 

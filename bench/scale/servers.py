@@ -1,10 +1,14 @@
-"""The coordinator's process: one server, on loopback only, until told to stop.
+"""The coordinator's process: one server, on one address only, until told to stop.
+
+The address is loopback on one machine; across hosts (``ftbench scale --agents-at``) it
+is the one address the hosts reach the harness at, never every interface.
 
 - ``tcpstore-libuv`` / ``tcpstore-legacy``: torch's ``TCPStore`` server with either
-  backend, on a socket ftbench bound to 127.0.0.1 (:func:`bench.procs.store.bound_store`:
+  backend, on a socket ftbench bound to that address (:func:`bench.procs.store.bound_store`:
   a store made the usual way listens on every interface), or with ``server_family =
-  "v4-mapped"`` an IPv6 socket bound to ::ffff:127.0.0.1;
-- ``lighthouse``: torchft's ``LighthouseServer``, bound to ``127.0.0.1:0``.
+  "v4-mapped"`` (one machine only) an IPv6 socket bound to ::ffff:127.0.0.1;
+- ``lighthouse``: torchft's ``LighthouseServer``, bound to ``ADDRESS:0``; its clients are
+  given ``http://ADDRESS:PORT``.
 
 A process of its own, so that its CPU time is its own (read from ``/proc``), its
 connections are the only ones on its port, and its descriptors are not the clients'.
@@ -39,7 +43,14 @@ def _v4_mapped() -> socket.socket:
     return sock
 
 
-def main(conn: Connection, server: str, n: int, knobs: dict[str, Any], log: str, resolver: str) -> None:
+def _url_host(address: str) -> str:
+    """An address as the host part of ``HOST:PORT`` (an IPv6 one in brackets)."""
+    return f"[{address}]" if ":" in address else address
+
+
+def main(
+    conn: Connection, server: str, n: int, knobs: dict[str, Any], log: str, resolver: str, bind: str = "127.0.0.1"
+) -> None:
     set_pdeathsig()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     redirect_output(log)
@@ -54,22 +65,22 @@ def main(conn: Connection, server: str, n: int, knobs: dict[str, Any], log: str,
             from bench.procs.store import bound_store
 
             sock = _v4_mapped() if knobs.get("server_family") == "v4-mapped" else None
-            keep = bound_store(
-                "127.0.0.1", timeout_s=3600, libuv=server == "tcpstore-libuv", sock=sock, backlog=BACKLOG
-            )
-            conn.send(("ready", f"127.0.0.1:{keep.port}", keep.port, os.getpid()))
+            keep = bound_store(bind, timeout_s=3600, libuv=server == "tcpstore-libuv", sock=sock, backlog=BACKLOG)
+            conn.send(("ready", f"{_url_host(bind)}:{keep.port}", keep.port, os.getpid()))
         elif server == "lighthouse":
             from torchft._torchft import LighthouseServer
 
             keep = LighthouseServer(
-                bind="127.0.0.1:0",
+                bind=f"{_url_host(bind)}:0",
                 min_replicas=max(1, n - 1),
                 join_timeout_ms=int(knobs["lh_join_timeout_ms"]),
                 quorum_tick_ms=int(knobs["lh_quorum_tick_ms"]),
                 heartbeat_timeout_ms=int(knobs["lh_heartbeat_timeout_ms"]),
             )
-            address = keep.address()
-            conn.send(("ready", address, int(address.rsplit(":", 1)[1]), os.getpid()))
+            # Its address() names this host by its host name, which another host may not
+            # resolve (or resolve to its own loopback): the clients get the bound address.
+            port = int(keep.address().rsplit(":", 1)[1])
+            conn.send(("ready", f"http://{_url_host(bind)}:{port}", port, os.getpid()))
         else:
             raise ValueError(server)
     except Exception as err:  # reported to the driver, which records it as the point's failure

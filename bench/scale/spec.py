@@ -76,7 +76,8 @@ class ScaleSpec:
     ranks_per_host: int = 8
     """nvrx: ranks per host in the Tree rank assignment's host layer."""
     max_workers: int = 8
-    """Most participant processes (participants are spread over 2 or more)."""
+    """Most participant processes (participants are spread over 2 or more); across hosts
+    (``--agents-at``), the most on one host (every host has one at least)."""
 
     def repeats_at(self, n: int) -> int:
         return self.repeats if n <= ONCE_ABOVE else 1

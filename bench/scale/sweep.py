@@ -4,6 +4,11 @@ forkserver), every coordinator of the spec swept until its limit, and the page.
 Ctrl-C and SIGTERM end the current point: every process the sweep started is ended
 (the driver's own, then the run's marker swept), the points measured so far stay in
 ``points.csv``, and ``scale.json`` says the run was interrupted.
+
+Across hosts (``cluster``: agents the cluster started, ``ftbench scale --agents-at``) the
+participants are the hosts' (:mod:`bench.scale.remote`); ``scale.json`` then also has
+``hosts``: each host's name, address, logs, what it could hold, and its clock's offset to
+this one over the run with its uncertainty.
 """
 
 from __future__ import annotations
@@ -15,16 +20,30 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.procs import machine
-from bench.procs.launcher import ProcessHost
+from bench.procs.launcher import LaunchError, ProcessHost
 from bench.results.writer import RunDir
 from bench.scale import rundir, system
 from bench.scale.coordinators import COORDINATORS
 from bench.scale.driver import Driver
 from bench.scale.records import Record, Stop
 from bench.scale.spec import ScaleSpec
+
+if TYPE_CHECKING:
+    from bench.hosts.cluster import Cluster
+    from bench.scale.remote import Fleet
+
+ACROSS_HOSTS = (
+    "each host's processes stamp on that host's CLOCK_MONOTONIC; at the start and the end of "
+    "every point each host's offset to this one is estimated from 32 round trips through the run "
+    "store (the shortest kept: within half its round trip plus both clocks' resolutions); the "
+    "release goes to each host on its own clock by the start estimate and the results come back "
+    "on this one's. A latency is a difference of one host's stamps; the offset's error moves "
+    "when each host released, so every figure of a point is uncertain by clock_err_s, the "
+    "largest over its hosts of how far the start estimate may be from the offset during the point"
+)
 
 
 def _load() -> dict[str, Any]:
@@ -44,8 +63,22 @@ def skipped(name: str) -> str:
     return ""
 
 
-def run(spec: ScaleSpec, out: Path, progress: Callable[[str], None] = print) -> Path:
-    """Measure ``spec``; returns the run directory."""
+def idle_s(spec: ScaleSpec) -> float:
+    """How long a host may hear nothing from the harness before it ends its session: past
+    the longest silence of a point (a coordinator's start, setup, an operation)."""
+    return max(600.0, 10 * spec.deadline_s)
+
+
+def run(
+    spec: ScaleSpec,
+    out: Path,
+    progress: Callable[[str], None] = print,
+    *,
+    cluster: Cluster | None = None,
+    hosts: int = 0,
+) -> Path:
+    """Measure ``spec``; returns the run directory. With ``cluster``, the participants are
+    spread over its ``hosts`` agents' hosts."""
     path = RunDir.create(out, rundir.SCENARIO, machine.commit()).path
     pid_max, threads = system.thread_ids()
     info: dict[str, Any] = {
@@ -79,9 +112,26 @@ def run(spec: ScaleSpec, out: Path, progress: Callable[[str], None] = print) -> 
     info["run_id"] = host.run_id  # the marker its processes carry (FTBENCH_RUN), for ftbench cleanup
     rundir.write_info(path, info)
     driver: Driver | None = None
+    fleet: Fleet | None = None
     try:
-        driver = Driver(spec, path, host, progress=progress)
+        if cluster is not None:
+            from bench.scale.remote import Fleet
+
+            fleet = Fleet(
+                cluster, hosts, path, resolver=spec.resolver == "isolated", idle_s=idle_s(spec), progress=progress
+            )
+            info["clock"]["across_hosts"] = ACROSS_HOSTS
+            info["limits"]["where"] = "the head's, where the coordinator runs; each host's are under hosts"
+            fleet.open()
+            info["hosts"] = fleet.describe()
+            rundir.write_info(path, info)
+        driver = Driver(spec, path, host, progress=progress, fleet=fleet)
         info["resolver"] = driver.resolver_note
+        # What the model of the protocols needs beside the operations (bench/scale/probes.py).
+        info["probes"] = {"interpreter_lock": driver.probe("interpreter_lock")}
+        if "rendezvous" in spec.coordinators and not skipped("rendezvous"):
+            info["probes"]["rendezvous_state"] = driver.probe("rendezvous_state")
+        rundir.write_info(path, info)
         for name in spec.coordinators:
             why = skipped(name)
             if why:
@@ -100,15 +150,25 @@ def run(spec: ScaleSpec, out: Path, progress: Callable[[str], None] = print) -> 
                     rundir.write_info(path, info)
             info.setdefault("seconds", {})[name] = round(time.monotonic() - t0, 1)
             info["resolver"] = driver.resolver_note
+            if fleet is not None:
+                info["hosts"] = fleet.describe()
             rundir.write_info(path, info)
         info["finished"] = True
     except KeyboardInterrupt:
         info["interrupted"] = True
         raise
+    except LaunchError as err:  # a host lost, or agents that did not come: said, and kept
+        info["error"] = str(err)
+        raise
     finally:
-        if driver is not None:
-            driver.close()
-        host.close()
+        try:
+            if driver is not None:
+                driver.close()
+        finally:
+            if fleet is not None:
+                fleet.close()
+                info["hosts"] = fleet.describe()
+            host.close()
         info["duration_s"] = round(time.monotonic() - started, 1)
         info["load_after"] = _load()
         rundir.write_info(path, info)

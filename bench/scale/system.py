@@ -3,6 +3,13 @@ limits that bound N on one machine, and a resolver that does not stall clients.
 
 - **CPU time** of a process and all its threads: ``utime + stime`` of ``/proc/PID/stat``,
   in clock ticks (10 ms at the usual 100 Hz): :data:`CPU_RESOLUTION_S`.
+- **Service time of the coordinator's threads** (:func:`service`): the scheduler's own
+  accounts, ``/proc/PID/task/TID/schedstat``, in nanoseconds: the time each thread ran
+  on a CPU, and the time it was runnable but waiting for one. Their sum is how long the
+  coordinator was busy (serving, or ready to serve and held off by the participants'
+  work on the same cores); the first alone is what its work needs of a CPU, which is
+  what a cluster's coordinator host would spend, and it resolves a point of a few
+  milliseconds where clock ticks do not.
 - **Bytes served**: the kernel's own counters of each TCP connection on the
   coordinator's port (``bytes_sent`` less ``bytes_retrans``, ``bytes_received``), read with ``ss``
   (netlink ``tcp_info``), so what a coordinator wrote to its clients is counted whatever
@@ -41,7 +48,7 @@ CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 CPU_RESOLUTION_S = CLOCK_TICK_S
 """Resolution of the CPU times recorded (one clock tick)."""
 
-_BYTES = re.compile(rb"\b(bytes_sent|bytes_retrans|bytes_received):(\d+)")
+_BYTES = re.compile(rb"\b(bytes_sent|bytes_retrans|bytes_received|data_segs_in|data_segs_out):(\d+)")
 
 
 def cpu_s(pid: int) -> float | None:
@@ -53,6 +60,37 @@ def cpu_s(pid: int) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Service:
+    """The scheduler's account of a process's threads, summed (nanoseconds)."""
+
+    run_ns: int
+    """On a CPU."""
+    wait_ns: int
+    """Runnable, waiting for a CPU."""
+    threads: int
+
+
+def service(pid: int) -> Service | None:
+    """Summed ``schedstat`` of every thread of ``pid``; None once it is gone or where the
+    kernel keeps no such account. A thread that ends in between takes its part with it:
+    a coordinator's serving threads live as long as it does."""
+    run = wait = count = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            parts = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except OSError:
+            continue
+        if len(parts) < 2:
+            continue
+        run, wait, count = run + int(parts[0]), wait + int(parts[1]), count + 1
+    return Service(run, wait, count) if count else None
+
+
+@dataclass(frozen=True, slots=True)
 class Wire:
     """The established TCP connections on a server's port, as the kernel counts them."""
 
@@ -61,6 +99,13 @@ class Wire:
     """Bytes the server sent, retransmissions not counted twice (acknowledgements lag
     by a delayed ACK, so ``bytes_acked`` would miss the last replies)."""
     received: int
+    segments_in: int = 0
+    """Segments that carried data to the server (``data_segs_in``): a client's request
+    is one write, so about one segment a request; writes the client's kernel coalesced
+    (a burst of ``set``s, which get no reply) count once, a request larger than a
+    segment (64 kB on loopback) more than once."""
+    segments_out: int = 0
+    """Segments that carried data from it (``data_segs_out``): replies and notifications."""
 
 
 def wire(port: int) -> Wire | None:
@@ -74,7 +119,7 @@ def wire(port: int) -> Wire | None:
         timeout=60,
         check=False,
     ).stdout
-    totals = {b"bytes_sent": 0, b"bytes_retrans": 0, b"bytes_received": 0}
+    totals = dict.fromkeys((b"bytes_sent", b"bytes_retrans", b"bytes_received", b"data_segs_in", b"data_segs_out"), 0)
     conns = 0
     for line in out.splitlines():
         if not line[:1].isspace():
@@ -83,7 +128,13 @@ def wire(port: int) -> Wire | None:
         for m in _BYTES.finditer(line):
             totals[m.group(1)] += int(m.group(2))
     sent = totals[b"bytes_sent"] - totals[b"bytes_retrans"]
-    return Wire(connections=conns, sent=sent, received=totals[b"bytes_received"])
+    return Wire(
+        connections=conns,
+        sent=sent,
+        received=totals[b"bytes_received"],
+        segments_in=totals[b"data_segs_in"],
+        segments_out=totals[b"data_segs_out"],
+    )
 
 
 # --- limits --------------------------------------------------------------------------

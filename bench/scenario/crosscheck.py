@@ -32,6 +32,8 @@ def cross_check(s: Scenario, file: str) -> None:
             raise ConfigError(file, f"launch.nccl.extra.{name}", "a name NCCL_* or TORCH_NCCL_* in capitals", name)
     if s.workload.backend == "gloo" and s.launch.nccl.environment():
         raise ConfigError(file, "launch.nccl", 'no NCCL knobs for workload.backend = "gloo"', "a knob set")
+    if w.device == "cpu" and w.backend == "nccl":
+        raise ConfigError(file, "workload.device", '"auto" or "cuda" with workload.backend = "nccl"', w.device)
     max_seed = (2**63 - 1 - w.steps) // limits.SEED_FACTOR
     if s.measure.seed > max_seed:
         raise ConfigError(

@@ -187,6 +187,14 @@ FIGURES: tuple[Figure, ...] = (
         meaning="largest torch.cuda.max_memory_allocated of a rank (ranks on GPUs only)",
     ),
     Figure(
+        name="cuda_rank_reserved_peak_bytes",
+        unit="bytes",
+        better="lower",
+        per="trial",
+        meaning="largest torch.cuda.max_memory_reserved of a rank: what its caching allocator held from the driver "
+        "(ranks on GPUs only)",
+    ),
+    Figure(
         name="wire_bytes_per_step",
         unit="bytes",
         better="lower",
@@ -238,7 +246,9 @@ PHASE = Figure(
     name="phase_<name>_s",
     unit="s",
     better="lower",
-    meaning="one phase of the downtime: detect, the strategy's own phases, catch-up; they add up to downtime_s",
+    meaning="one phase of the downtime: detect, the strategy's own phases (each from the boundary before it in "
+    "time to its own), catch-up (the rest, to the first good step; a command job's: only the steps it lost); they "
+    "add up to downtime_s",
 )
 
 BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}

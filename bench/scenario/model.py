@@ -26,6 +26,13 @@ class WorkloadSpec:
     """A registered workload (``ftbench list --workloads``)."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """``auto`` picks NCCL when every rank can have its own GPU, else gloo."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the ranks' tensors live. ``auto``: a GPU of its own per rank with NCCL, the
+    CPU with gloo. ``cuda``: CUDA tensors whatever the backend; with gloo the ranks may
+    share one GPU (gloo moves CUDA tensors through host memory for all_reduce and
+    broadcast, which is what DDP needs; NCCL refuses two ranks of a communicator on one
+    GPU). A point with ``cuda`` on a machine without a CUDA device is skipped, saying so.
+    ``cpu``: host tensors (gloo only)."""
     world_size: int = bounded(4, ge=2, le=256)
     """Ranks at the start of a trial."""
     steps: int = bounded(200, ge=1)

@@ -72,9 +72,22 @@ def test_restart_recovers_from_the_last_finished_save(run_scenario, design: str)
 
 def test_nvrx_async_is_skipped_on_gloo_with_the_reason(run_scenario) -> None:
     text = SCENARIO.replace("DESIGN", "nvrx-async").replace('backend = "gloo"', 'backend = "auto"')
-    why = unavailable("nvrx-async", "auto", 2)
+    why = unavailable("nvrx-async", "auto", "auto", 2)
     if why is None:
         pytest.skip("this machine has a GPU per rank: nvrx-async runs here")
     report = run_scenario(text)
     assert rows(report) == []
     assert "torch.cuda.synchronize" in next(iter(report.skipped.values()))
+
+
+def test_a_cuda_point_without_a_cuda_device_is_skipped_saying_why(run_scenario) -> None:
+    """NVRx's writer on gloo with CUDA tensors (workload.device = "cuda") validates; on a
+    machine without a CUDA device the point is skipped for the device, before any rank."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the point runs here")
+    text = SCENARIO.replace("DESIGN", "nvrx-async").replace('backend = "gloo"', 'backend = "gloo"\ndevice = "cuda"')
+    report = run_scenario(text)
+    assert rows(report) == []
+    assert 'workload.device = "cuda" needs a CUDA device' in next(iter(report.skipped.values()))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.probe import environment
+from bench.procs.store import free_port
 
 pytestmark = [pytest.mark.integ, pytest.mark.timeout(120)]
 
@@ -61,3 +62,58 @@ def test_the_probe_records_steps_raises_and_exits_and_changes_nothing(tmp_path: 
     assert raised["site"] == "all_reduce" and raised["step"] == 3
     (end,) = [e for e in found if e["event"] == "proc_exit"]
     assert end["steps"] == 3 and 0 < float(end["probe_s"]) < 0.1
+
+
+WRAPS = """
+import io, os, sys
+import torch, torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+folder = sys.argv[1]
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+torch.save(model.state_dict(), os.path.join(folder, "m.pt"))
+model.load_state_dict(torch.load(os.path.join(folder, "m.pt"), weights_only=True))
+ddp = DDP(model)
+# a plain value beside the tensors: DCP reads it back with torch.load, inside its own load
+dcp.save({"m": model.state_dict(), "step": 7}, checkpoint_id=os.path.join(folder, "dcp"))
+state = {"m": model.state_dict(), "step": 0}
+dcp.load(state, checkpoint_id=os.path.join(folder, "dcp"))
+try:
+    torch.load(io.BytesIO(b"not a checkpoint"))
+except Exception as err:
+    print("load failed:", type(err).__name__)
+sharded = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+for layer in sharded:
+    fully_shard(layer)
+fully_shard(sharded)
+sharded(torch.randn(2, 4)).sum().backward()
+print("step", state["step"], torch.load.__name__, fully_shard.state is not None, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_probe_sees_a_jobs_model_wrapping_and_checkpoint_loads(tmp_path: Path) -> None:
+    """What a restarted job does before its first step: DDP's and FSDP2's construction,
+    torch.load and DCP's load, each bracketed once (DCP's own torch.load inside its load
+    is not a second load), and a load that fails has no end."""
+    events, work = tmp_path / "events", tmp_path / "work"
+    events.mkdir()
+    work.mkdir()
+    world = dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env = environment(events, dict(os.environ, **world))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WRAPS), str(work)], env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr
+    assert "load failed: UnpicklingError" in done.stdout and "step 7 load True" in done.stdout, done.stdout
+    found = records(events)
+    wrapped = [e["how"] for e in found if e["event"] == "model_wrapped"]
+    assert wrapped == ["DistributedDataParallel", "fully_shard", "fully_shard", "fully_shard"]
+    starts = [e["how"] for e in found if e["event"] == "restore_start"]
+    assert starts == ["torch.load", "torch.distributed.checkpoint.load", "torch.load"]
+    ends = [(e["how"], e.get("bytes")) for e in found if e["event"] == "restore_end"]
+    folder = sum(p.stat().st_size for p in (work / "dcp").iterdir() if p.is_file())
+    assert ends == [("torch.load", (work / "m.pt").stat().st_size), ("torch.distributed.checkpoint.load", folder)]
+    assert {e["gen"] for e in found if e["event"] in ("model_wrapped", "restore_end")} == {0}

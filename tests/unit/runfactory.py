@@ -64,7 +64,8 @@ def write_run(
 
     ``salt`` changes every point hash (the same scenario with another knob); ``config``
     is each point's configuration in run.json; ``steps`` also writes steps.csv and
-    event logs (4 ranks, rank 2 fails at step 10, the survivors go on in generation 1);
+    event logs (4 ranks, rank 2 fails at step 10, 0.09 s after the first step ended,
+    the 3 survivors go on in generation 1);
     ``values``: each label's swept values.
     """
     path = root / name / f"20261202T120000Z_{salt or 'base'}"
@@ -160,7 +161,7 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
                     "step_s": 0.01,
                 }
             )
-            step_rows.append((rank, 0, step, 0.4 + step * 0.01, 1.0 / step))
+            step_rows.append((rank, 0, step, 0.4 + step * 0.01, 1.0 / step, 4))
     resume = t_inject
     if not is_reference and t.get("ttd_s") is not None:
         events.append(
@@ -183,7 +184,7 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
             for rank in ranks:
                 t_s = resume + (step - 11) * 0.01
                 loss = 1.0 / step + (0 if is_reference else 1e-3)
-                step_rows.append((rank, 0 if is_reference else 1, step, t_s, loss))
+                step_rows.append((rank, 0 if is_reference else 1, step, t_s, loss, len(ranks)))
                 events.append(
                     {
                         "t": int(t_s * ns),
@@ -205,7 +206,7 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
         w = csv.writer(fh)
         if new:
             w.writerow(STEP_COLUMNS)
-        for rank, gen, step, t_s, loss in step_rows:
+        for rank, gen, step, t_s, loss, world in step_rows:
             w.writerow(
                 [
                     h,
@@ -218,7 +219,7 @@ def _write_trial_logs(path: Path, h: str, label: str, i: int, t: dict[str, Any],
                     step,
                     t_s,
                     0.01,
-                    4,
+                    world,
                     rank,
                     loss,
                     loss / 4,

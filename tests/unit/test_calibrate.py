@@ -1,4 +1,5 @@
-"""Calibration's verdict: tolerance, confidence interval and the printed table."""
+"""Calibration's tolerance, confidence interval, printed table and launch modes (the three
+verdicts: test_calibrate_verdict.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def test_the_tolerance_is_the_larger_of_absolute_and_relative() -> None:
 
 def test_verdicts_and_the_table(tmp_path: Path) -> None:
     case = CASES[0]
-    bare = [0.020 + 0.001 * i for i in range(15)]
+    bare = [0.020 + 0.0002 * i for i in range(15)]
     values = {
         (case.name, "bare", "first"): bare,
         (case.name, "ftbench", "first"): [v + 0.002 for v in bare],
@@ -27,14 +28,15 @@ def test_verdicts_and_the_table(tmp_path: Path) -> None:
         (case.name, "ftbench", "last"): [v + 0.030 for v in bare],
     }
     first, last = compare([case], values, Tolerance())
-    assert first.ok and first.diff_s == pytest.approx(0.002) and first.ci.low <= 0.002 <= first.ci.high
-    assert not last.ok and last.diff_s == pytest.approx(0.030)
+    assert first.agreement.verdict == "agrees" and first.diff_s == pytest.approx(0.002)
+    assert first.ci.low <= 0.002 <= first.ci.high
+    assert last.agreement.verdict == "disagrees" and last.diff_s == pytest.approx(0.030)
     report = CalibrationReport(rundir=RunDir(tmp_path), comparisons=[first, last], probes={})
     text = format_table(report, Tolerance())
     lines = text.splitlines()
     assert any("(ms)" in line for line in lines), "a units row"
-    assert lines[-1] == "# Out of bounds values : 1 FAILED"
-    assert "OUT OF BOUNDS" in text and "+30.00" in text
+    assert lines[-1] == "# Verdict : DISAGREES (exit 1): kill-ddp last"
+    assert "DISAGREES" in text and "+30.00" in text
 
 
 def test_the_difference_ci_is_seeded_and_covers_a_known_shift() -> None:

@@ -73,7 +73,7 @@ def test_nvrx_async_with_backend_auto_validates_and_is_skipped_without_gpus(writ
     sc = load(scenario(write_scenario, strategy="restart", design="nvrx-async", backend="auto"))
     import torch
 
-    why = unavailable("nvrx-async", sc.workload.backend, sc.workload.world_size)
+    why = unavailable("nvrx-async", sc.workload.backend, sc.workload.device, sc.workload.world_size)
     if torch.cuda.device_count() >= sc.workload.world_size:
         assert why is None
     else:

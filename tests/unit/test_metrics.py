@@ -236,8 +236,41 @@ def test_restart_phases_from_recorded_agent_and_worker_events() -> None:
     }
     for name, ms in expected.items():
         assert f.phases[f"phase_{name}_s"] == pytest.approx(ms / 1000), name
-    assert sum(f.phases.values()) == pytest.approx(f.figures["downtime_s"])
+    # Ranks on the CPU stamp no CUDA context and no upload: those phases are empty, and
+    # the ones present still add up to the downtime.
+    assert math.isnan(f.phases["phase_cuda_s"]) and math.isnan(f.phases["phase_upload_s"])
+    assert sum(v for v in f.phases.values() if not math.isnan(v)) == pytest.approx(f.figures["downtime_s"])
     assert f.figures["ttr_s"] == pytest.approx((4450.2 - 110) / 1000)
+
+
+def test_a_restarted_gpu_worker_has_its_cuda_context_and_upload_as_phases() -> None:
+    """The same restart with the workers on a GPU: the CUDA context (``cuda_ready``) and
+    the move of model and optimizer to the device (``upload_end``) split what was the
+    import and the build, in the order a worker does them."""
+    from bench.scenario.strategy import STRATEGIES
+
+    e = steps([0, 1], 1, 10, t0_ms=10) + [
+        ev(100.5, "inject", src="harness", fault=0, kind="kill", ranks=[1]),
+        ev(110.0, "detect", src="rank", rank=0, how="peer_closed"),
+        ev(200.0, "detect", src="agent", how="agent_monitor"),
+        ev(205.0, "teardown_end", src="agent"),
+        ev(500.0, "rendezvous_end", src="agent"),
+        ev(510.0, "workers_started", src="agent"),
+        *[ev(3000.0 + 100 * r, "import_done", src="rank", rank=r) for r in range(2)],
+        *[ev(3500.0 + 100 * r, "cuda_ready", src="rank", rank=r, device=0, cuda_init_s=0.5) for r in range(2)],
+        *[ev(3800.0 + 100 * r, "workload_ready", src="rank", rank=r) for r in range(2)],
+        *[ev(3850.0 + 100 * r, "upload_end", src="rank", rank=r, bytes=10**6, upload_s=0.05) for r in range(2)],
+        *[ev(4300.0 + 10 * r, "reconfigured", src="rank", rank=r, gen=1) for r in range(2)],
+        *[ev(4340.0 + 5 * r, "restore_end", src="rank", rank=r, how="disk", step=5) for r in range(2)],
+    ]
+    e += steps([0, 1], 6, 20, t0_ms=4400, gen=1)
+    e += train_end([0, 1], 4600, gen=1)
+    (f,) = figures(e, faults=(("kill", "1"),), phases=STRATEGIES["restart"].phases)
+    assert f.outcome == "recovered"
+    expected = {"import": 3100 - 510, "cuda": 500, "build": 300, "upload": 50, "pg": 4310 - 3950}
+    for name, ms in expected.items():
+        assert f.phases[f"phase_{name}_s"] == pytest.approx(ms / 1000), name
+    assert sum(f.phases.values()) == pytest.approx(f.figures["downtime_s"])
 
 
 def test_rank_detection_phase_in_the_step_and_the_interposer() -> None:

@@ -18,8 +18,10 @@ from bench.scenario.config import ConfigError
 from tests.unit.runfactory import trial, write_run
 
 # A cluster that makes the arithmetic round: 100 hosts x 8 GPUs, each host failing
-# 0.864 times a day = 1e-5 per second, so lambda = 1e-3 per second (M = 1000 s).
-ROUND = ("gpus=[800]", "gpus_per_host=8", "failures_per_host_day=0.864")
+# 0.864 times a day = 1e-5 per second, so lambda = 1e-3 per second (M = 1000 s); the
+# phases a GPU cluster adds are left out here (the arithmetic of what a run measured)
+# and computed by hand in test_project_gpu.py.
+ROUND = ("gpus=[800]", "gpus_per_host=8", "failures_per_host_day=0.864", "gpu_phases=false")
 
 
 def _full(ttd: float, ttr: float, **extra: object) -> dict[str, object]:
@@ -209,3 +211,18 @@ def test_a_set_value_cannot_smuggle_in_a_second_key() -> None:
     with pytest.raises(ConfigError, match="checkpoint_write_s"):
         assumptions.cluster(None, ("checkpoint_write_s=10\nx = 2",))
     assert assumptions.cluster(None, ("checkpoint_write_s=10",)).checkpoint_write_s == 10
+
+
+def test_a_gpu_restarts_cuda_context_and_upload_are_phases_like_the_others(tmp_path: Path) -> None:
+    """A run from a GPU (tools/gpu-check.sh --one-gpu) is read as any run: the CUDA context
+    and the upload count in the time lost per failure, and the report's phase table
+    names them."""
+    from bench.report import make_report
+
+    # Phases 1 + 3.8 + 0.5 + 0.2 + 1.8 + 2.7 = 10 s, the downtime: E = 1 / (1 + 1e-3 x 10).
+    gpu = _full(1.0, 9.0, phase_isolate_s=3.8, phase_cuda_s=0.5, phase_upload_s=0.2)
+    run = write_run(tmp_path, "gpu-recovery", {"strategy=restart": [gpu] * 3})
+    assert _one(run, *ROUND) == pytest.approx(1 / 1.01)
+    md = make_report([run]).markdown.read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| point | detect"))
+    assert "| cuda |" in header and "| upload |" in header

@@ -102,6 +102,11 @@ def test_negative_phases_from_skewed_clocks_count_as_no_time(tmp_path: Path) -> 
         ("gpus=[1]", "gpus_per_host=1024"),  # a cluster smaller than the run measured
         ("full_strength_s=0",),
         ("checkpoint_interval_s=1e-6",),
+        ("storage_read_gb_s=1e-9",),  # a checkpoint load of years: E near 0, not below
+        ("comm_init_at=[[1, 1e6]]", "host_start_at=[[1, 1e6]]"),  # phases longer than the MTBF
+        ("comm_init_at=[[10, 100], [20, 1]]",),  # published points that fall: held flat, not negative
+        ("comm_init_growth='log'", "host_start_growth='constant'", "model_params=1e16"),
+        ("gpu_phases=false",),
     ],
 )
 def test_cluster_assumptions_at_their_edges(tmp_path: Path, sets: tuple[str, ...]) -> None:
@@ -120,3 +125,19 @@ def test_draws_of_a_normal_tax_never_fall_below_1() -> None:
     assert value == 1.0 and draws.min() >= 1.0 and draws.max() > 1.0 and why
     value, draws, why = taxes(Band(1.2, 1.1, 1.3), np.random.default_rng(0), 100)
     assert value == 1.2 and not why and draws.min() >= 1.0
+
+
+@pytest.mark.parametrize("sets", [(), ("failures_per_gpu_day=10",), ("gpus=[1, 8, 9]", "gpus_per_host=8")])
+def test_every_kind_of_stack_with_the_gpu_phases_stays_a_share(tmp_path: Path, sets: tuple[str, ...]) -> None:
+    # A whole-job restart, an in-place stack never back to full strength, torchft back
+    # later and an in-place stack that reloads a checkpoint: every row of the GPU
+    # phases' table, at ordinary and extreme rates and at clusters of one host or less.
+    pts = {
+        "strategy=restart": [_full(0.1, 8.0, checkpoint_s=0.5, phase_pg_s=0.3, phase_restore_s=0.05)] * 3,
+        "strategy=reinit": [trial(0.02, 0.05, ttfs_s=None)] * 3,
+        "strategy=torchft": [trial(0.03, 5.0, ttfs_s=30.0)] * 3,
+        "strategy=nvrx-inprocess": [trial(0.1, 3.0, ttfs_s=None, checkpoint_s=0.2, phase_pg_s=0.5)] * 3,
+    }
+    run = write_run(tmp_path, "s", pts)
+    out = _check(tmp_path, run, sets)
+    assert "GPU phases" in out

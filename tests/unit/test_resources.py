@@ -118,7 +118,24 @@ def test_figures_of_a_sampled_trial() -> None:
     assert fig["rss_job_peak_bytes"] == 1500
     assert (fig["job_procs"], fig["job_threads"]) == (4, 11)
     assert fig["wire_bytes_per_step"] == pytest.approx(1000)
-    assert math.isnan(fig["cuda_rank_peak_bytes"])
+    assert math.isnan(fig["cuda_rank_peak_bytes"]) and math.isnan(fig["cuda_rank_reserved_peak_bytes"])
+
+
+def test_gpu_ranks_report_their_device_memory_peaks() -> None:
+    """The largest rank's allocated and reserved peaks, from train_end, sampled or not."""
+    ms = 1_000_000
+    ends = [
+        {"t": 1100 * ms, "event": "train_end", "src": "rank", "rank": r, "pid": 10 + r, "step": 10, **peaks}
+        for r, peaks in enumerate(
+            (
+                {"cuda_peak_bytes": 3e8, "cuda_reserved_peak_bytes": 5e8},
+                {"cuda_peak_bytes": 4e8, "cuda_reserved_peak_bytes": 4.5e8},
+            )
+        )
+    ]
+    unsampled = [e for e in _trial([]) if e["event"] not in ("resources", "train_end")] + ends
+    fig = resource_figures(unsampled, warmup_steps=0)
+    assert (fig["cuda_rank_peak_bytes"], fig["cuda_rank_reserved_peak_bytes"]) == (4e8, 5e8)
 
 
 def test_wire_bytes_only_before_the_injection() -> None:

@@ -159,3 +159,39 @@ def test_report_has_the_state_size_section_only_where_bytes_vary(tmp_path: Path)
     assert len(png) == 1 and png[0].read_bytes()[:4] == b"\x89PNG"
     flat = write_run(tmp_path / "b", "kill", {"strategy=reinit": [trial(0.01, 0.04) for _ in range(4)]})
     assert "state size" not in make_report([flat]).markdown.read_text()
+
+
+def test_each_checkpoint_design_of_a_stack_gets_its_own_line(tmp_path: Path) -> None:
+    """A run that swept the design (gpu-checkpoints) fits each design apart: one line
+    through two designs' saves would be neither's cost per GB."""
+    import json
+
+    from bench.results.reader import load as load_run
+    from bench.results.statefit import by_design, checkpoint_designs
+    from tests.unit.runfactory import trial, write_run
+
+    def rows_of(slope: float) -> list[dict]:
+        return [
+            trial(0.01, 1.0, restore_s=0.02 + slope * b / GB, restore_bytes=b, checkpoint_bytes=b)
+            for b in SIZES[2:]
+            for _ in range(2)
+        ]
+
+    run = write_run(
+        tmp_path,
+        "gpu-checkpoints",
+        {"design=torch-save": rows_of(2.0), "design=dcp": rows_of(0.5), "strategy=reinit": rows_of(0.1)},
+        strategy="restart",
+    )
+    info = json.loads((run / "run.json").read_text())
+    for p in info["points"]:
+        if p["label"].startswith("design="):
+            p["config"]["recovery"]["params"] = {"checkpoint": p["label"].split("=")[1]}
+    (run / "run.json").write_text(json.dumps(info))
+    r = load_run(run)
+    trials = by_design(r.measured(), checkpoint_designs(r))
+    assert list(dict.fromkeys(trials["strategy"])) == ["restart (torch-save)", "restart (dcp)", "reinit"]
+    fits = {(f.strategy, f.phase): f for f in fit_state_phases(trials)}
+    assert fits[("restart (torch-save)", "restore")].s_per_gb == pytest.approx(2.0)
+    assert fits[("restart (dcp)", "restore")].s_per_gb == pytest.approx(0.5)
+    assert fits[("reinit", "restore")].s_per_gb == pytest.approx(0.1)  # one design (none): its plain name

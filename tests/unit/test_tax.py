@@ -56,6 +56,24 @@ def test_tax_is_the_ratio_of_medians_with_an_interval_around_it(tmp_path: Path) 
     assert "wire/step" not in rows  # measured nowhere: no column of dashes
 
 
+def test_gpu_ranks_fill_the_device_memory_columns(tmp_path: Path) -> None:
+    """On GPU ranks the tax table has the allocated and reserved peaks beside host memory;
+    on the CPU (the run above) it has no column of dashes for them."""
+    gpu = {"cuda_rank_peak_bytes": 2.5e8, "cuda_rank_reserved_peak_bytes": 4e8}
+    labels = ("strategy=failstop", "strategy=reinit")
+    run = write_run(
+        tmp_path,
+        "gpu-tax",
+        {label: [_fault_free(0.05 + 0.001 * i, **gpu) for i in range(3)] for label in labels},
+        values={label: {"recovery.strategy": label.split("=")[1]} for label in labels},
+    )
+    rows = table(strategy_tax(load(run))).set_index("stack")
+    assert rows.loc["reinit", "GPU allocated peak"] == "250 MB"
+    assert rows.loc["reinit", "GPU reserved peak"] == "400 MB"
+    cpu = table(strategy_tax(load(_run(tmp_path / "cpu"))))
+    assert "GPU allocated peak" not in cpu and "GPU reserved peak" not in cpu
+
+
 def test_a_run_not_in_rounds_compares_the_medians(tmp_path: Path) -> None:
     labels = ("strategy=failstop", "strategy=torchft")
     base, slow = [_fault_free(s) for s in (0.05, 0.04, 0.06)], [_fault_free(s) for s in (0.07, 0.06, 0.05)]

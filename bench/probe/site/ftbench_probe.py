@@ -5,7 +5,8 @@ ftbench puts this file's folder first on the job's ``PYTHONPATH`` with the
 Python process of the job (a launcher's agent, its workers, their restarts) then runs
 :func:`start` before the job's own code, which imports nothing of ftbench. The probe
 uses only what Python and torch expose to anyone, and puts its hooks in as the job
-imports the modules they belong to (nothing heavy is imported on its account):
+imports the modules they belong to (:mod:`ftbench_probe_imports`; nothing heavy is
+imported on its account):
 
 - ``step_end``: torch's global optimizer step hook (``register_optimizer_step_post_hook``),
   once per step of the first optimizer that steps in the process; ``count`` is the
@@ -19,9 +20,14 @@ imports the modules they belong to (nothing heavy is imported on its account):
 - ``pg_ready`` (and ``reconfigured`` for a later generation): ``init_process_group``
   returned; ``pg_destroyed``;
 - the elastic agents of torchrun and NVRx's ``ft_launcher``: four lifecycle methods of
-  the agent wrapped with events, their behaviour unchanged (:func:`instrument_agent`,
-  which ftbench's own restart strategies use too);
-- torchft's Manager: each quorum it joins and each commit vote;
+  the agent wrapped with events, their behaviour unchanged
+  (:mod:`ftbench_probe_agents`, which ftbench's own restart strategies use too);
+- ``model_wrapped`` (DDP's or FSDP's construction returned) and ``restore_start`` /
+  ``restore_end`` (around ``torch.load`` and DCP's load), with the generation they
+  belong to: what a restarted job does between its new process group and its first
+  step (:mod:`ftbench_probe_phases`);
+- torchft's Manager: each quorum it joins and each commit vote
+  (:mod:`ftbench_probe_torchft`);
 - ``proc_start`` and ``proc_exit`` (atexit) of every rank process, which is the process
   whose environment says ``RANK`` (a child of a rank that inherits its ``RANK``, such as
   a data-loader worker, is not one).
@@ -35,16 +41,27 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType, TracebackType
 from typing import Any
+
+# The modules beside this one: top-level names in a job's interpreter, where this folder
+# is on PYTHONPATH; the package's in the harness, which imports the probe from bench/.
+if __package__:
+    from . import ftbench_probe_agents as agents
+    from . import ftbench_probe_imports as imports
+    from . import ftbench_probe_phases as phases
+    from . import ftbench_probe_torchft as manager_watch
+else:
+    import ftbench_probe_agents as agents  # type: ignore[import-not-found, no-redef]
+    import ftbench_probe_imports as imports  # type: ignore[import-not-found, no-redef]
+    import ftbench_probe_phases as phases  # type: ignore[import-not-found, no-redef]
+    import ftbench_probe_torchft as manager_watch  # type: ignore[import-not-found, no-redef]
 
 DIR_ENV = "FTBENCH_PROBE_DIR"
 """The events folder; the probe does nothing where it is unset."""
@@ -75,7 +92,7 @@ COLLECTIVES = (
 """``torch.distributed`` calls whose exceptions the probe records (a job's own
 collectives; DDP's and FSDP's come out of ``backward``)."""
 
-Emit = Callable[..., Any]
+Emit = agents.Emit
 
 
 class Probe:
@@ -272,52 +289,6 @@ def watch_after(module: Any, name: str, then: Callable[[Any, tuple[Any, ...], di
     setattr(module, name, call)
 
 
-def instrument_agent(cls: type, emit: Emit, failed_states: Sequence[Any]) -> None:
-    """Wrap a torchelastic agent's lifecycle methods with events; behaviour unchanged.
-
-    ``detect`` (how ``agent_monitor``) on the first monitor pass that finds the worker
-    group in one of ``failed_states`` (each launcher has its own ``WorkerState``: torch's,
-    or NVRx's vendored copy), naming the launcher's own root cause (the failure with the
-    smallest timestamp, as its error report does); ``teardown_start``/``teardown_end``
-    around stopping the workers; ``rendezvous_start``/``rendezvous_end`` (with the
-    restarts left); ``workers_started`` with the new workers' pids.
-    """
-    failing = {"now": False}
-
-    def around(name: str, before: str | None, after: Callable[[Any, Any], None]) -> None:
-        original = getattr(cls, name)
-        if getattr(original, "_ftbench_wrapped", False):
-            return
-
-        @functools.wraps(original)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if before:
-                emit(before)
-            result = original(self, *args, **kwargs)
-            after(self, result)
-            return result
-
-        wrapper._ftbench_wrapped = True  # type: ignore[attr-defined]
-        setattr(cls, name, wrapper)
-
-    def monitored(_agent: Any, result: Any) -> None:
-        bad = result.state in failed_states
-        if bad and not failing["now"]:
-            failures = {str(rank): f.exitcode for rank, f in result.failures.items()}
-            first = min(result.failures, key=lambda r: result.failures[r].timestamp) if result.failures else None
-            emit("detect", how="agent_monitor", state=result.state.name, failures=failures, first_failure=first)
-        failing["now"] = bad
-
-    around("_monitor_workers", None, monitored)
-    around("_stop_workers", "teardown_start", lambda _a, _r: emit("teardown_end"))
-    around(
-        "_rendezvous",
-        "rendezvous_start",
-        lambda agent, _r: emit("rendezvous_end", remaining_restarts=getattr(agent, "_remaining_restarts", None)),
-    )
-    around("_start_workers", None, lambda _a, ids: emit("workers_started", pids=list(ids.values())))
-
-
 # -- hooks, put in as the job imports their modules -----------------------------------
 
 
@@ -374,49 +345,36 @@ def _agent_emit() -> Emit:
 def _on_torch_agent(module: ModuleType) -> None:
     from torch.distributed.elastic.agent.server.api import WorkerState
 
-    instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
+    agents.instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
 
 
 def _on_nvrx_agent(module: ModuleType) -> None:
     from nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat.agent.server.api import WorkerState
 
-    instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
+    agents.instrument_agent(module.LocalElasticAgent, _agent_emit(), (WorkerState.FAILED, WorkerState.UNHEALTHY))
+
+
+def _phase_event(event: str, **fields: Any) -> None:
+    """An event of a rank's build or restore (:mod:`ftbench_probe_phases`), stamped with
+    the generation it belongs to."""
+    if PROBE is not None and PROBE.rank is not None:
+        PROBE.emit(event, gen=PROBE.gen, **fields)
+
+
+def _phase_hook(hook: Callable[[ModuleType, Emit], None]) -> Callable[[ModuleType], None]:
+    return lambda module: hook(module, _guarded(_phase_event))
 
 
 def _on_torchft(module: ModuleType) -> None:
-    """torchft's Manager: each new quorum it joins, each commit vote, and each error
-    reported to it (torchft's DDP and Manager catch a failed collective and report it
-    there instead of raising: that report is the survivor's detection; an error found
-    only when the step asks for its commit, is recorded as should_commit returns)."""
-    seen = {"quorum": None}
+    def emit(event: str, **fields: Any) -> None:
+        if PROBE is not None:
+            PROBE.emit(event, **fields)
 
-    def voted(result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        if PROBE is None:
-            return
-        PROBE.emit("commit", ok=bool(result))
-        errored = getattr(args[0], "_errored", None) if args else None
-        original = getattr(errored, "original_exception", None)
-        if not result and isinstance(original, BaseException):
-            PROBE.raised(original, "torchft_should_commit")
+    def raised(exc: BaseException, site: str) -> None:
+        if PROBE is not None:
+            PROBE.raised(exc, site)
 
-    def quorum(_result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        # Read the Manager's own fields: its accessors wait on the quorum, which is the
-        # method watched here.
-        manager = args[0] if args else None
-        quorum_id = getattr(manager, "_quorum_id", None)
-        if PROBE is not None and quorum_id != seen["quorum"]:
-            seen["quorum"] = quorum_id
-            PROBE.emit(
-                "quorum", quorum_id=quorum_id, replicas=getattr(manager, "_participating_replica_world_size", None)
-            )
-
-    def reported(_result: Any, args: tuple[Any, ...], _kwargs: dict[str, Any]) -> None:
-        if PROBE is not None and len(args) > 1 and isinstance(args[1], BaseException):
-            PROBE.raised(args[1], "torchft_report_error")
-
-    watch_after(module.Manager, "should_commit", voted)
-    watch_after(module.Manager, "wait_quorum", quorum)
-    watch_after(module.Manager, "report_error", reported)
+    manager_watch.watch_manager(module.Manager, _guarded(emit), _guarded(raised), watch_after)
 
 
 HOOKS: dict[str, Callable[[ModuleType], None]] = {
@@ -428,47 +386,8 @@ HOOKS: dict[str, Callable[[ModuleType], None]] = {
     "torch.distributed.elastic.agent.server.local_elastic_agent": _on_torch_agent,
     "nvidia_resiliency_ext.fault_tolerance.launcher": _on_nvrx_agent,
     "torchft.manager": _on_torchft,
+    **{name: _phase_hook(hook) for name, hook in phases.HOOKS.items()},
 }
-
-
-class _Loader(importlib.abc.Loader):
-    """The module's own loader, then the probe's hook for it."""
-
-    def __init__(self, inner: importlib.abc.Loader, hook: Callable[[ModuleType], None]) -> None:
-        self.inner, self.hook = inner, hook
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)
-        _guarded(self.hook)(module)
-
-    def __getattr__(self, name: str) -> Any:
-        """Everything else is the module's own loader's (``get_source``, ``is_package``...)."""
-        return getattr(self.inner, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: hands the modules the probe hooks to their own loaders,
-    wrapped so the hook runs once the module is loaded."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        hook = HOOKS.get(fullname)
-        if hook is None or PROBE is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target) if find else None
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _Loader(spec.loader, hook)
-                return spec
-        return None
 
 
 def _excepthook(
@@ -506,13 +425,14 @@ def start() -> None:
     try:
         PROBE = Probe(directory)
         PROBE.started()
-        sys.meta_path.insert(0, _Finder())
+        guarded = {name: _guarded(hook) for name, hook in HOOKS.items()}
+        sys.meta_path.insert(0, imports.HookFinder(guarded, lambda: PROBE is not None))
         sys.excepthook = _excepthook(sys.excepthook)
         threading.excepthook = _thread_hook(threading.excepthook)
         os.register_at_fork(after_in_child=_forked)
-        for name in list(HOOKS):  # already imported (rare at start-up): hook them now
+        for name, hook in guarded.items():  # already imported (rare at start-up): hook them now
             module = sys.modules.get(name)
             if module is not None:
-                _guarded(HOOKS[name])(module)
+                hook(module)
     except Exception:
         PROBE = None

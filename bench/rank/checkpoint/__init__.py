@@ -9,7 +9,7 @@ modules it names) run inside ranks.
 - ``dcp`` / ``dcp-async``: ``torch.distributed.checkpoint`` ``save`` / ``async_save``:
   every rank writes its part of one checkpoint folder per save; a folder counts once its
   ``.metadata`` exists (the coordinator writes it last).
-- ``nvrx-async``: NVRx's asynchronous writer (``TorchAsyncCheckpoint``).
+- ``nvrx-async``: NVRx's asynchronous writer (``TorchAsyncCheckpoint``); CUDA tensors only.
 - ``nvrx-local``: NVRx's local checkpoints (``LocalCheckpointManager``), each rank's
   state also replicated to a peer (``CliqueReplicationStrategy``).
 """
@@ -40,20 +40,28 @@ REPLICATION_FACTOR = 2
 """``nvrx-local``: copies of each rank's state, its own and one peer's (NVRx's default)."""
 
 
-def needs_gpu(design: str, backend: str) -> str | None:
-    """Why ``design`` cannot run on ``backend`` (``gloo``: CPU tensors), or None."""
-    if backend == "gloo" and design in NEEDS_CUDA:
-        return f"checkpoint = {design!r} needs the ranks on GPUs (backend nccl): {NEEDS_CUDA[design]}"
+def needs_gpu(design: str, device: str) -> str | None:
+    """Why ``design`` cannot save tensors on ``device`` (``cpu``), or None."""
+    if device == "cpu" and design in NEEDS_CUDA:
+        return f"checkpoint = {design!r} needs the ranks' tensors on a GPU: {NEEDS_CUDA[design]}"
     return None
 
 
-def check_design(design: str, *, backend: str, world_size: int, file: str, key: str) -> None:
+def host_tensors(backend: str, device: str) -> bool:
+    """Whether a point's tensors are known to live in host memory before it runs: asked
+    for, or left to ``auto`` on gloo (``workload.device``)."""
+    return device == "cpu" or (device == "auto" and backend == "gloo")
+
+
+def check_design(design: str, *, backend: str, device: str, world_size: int, file: str, key: str) -> None:
     """Refuse, when the file is read, a design that cannot run with these settings."""
     from bench.scenario.config import ConfigError
 
-    why = needs_gpu(design, backend)
+    why = needs_gpu(design, "cpu") if host_tensors(backend, device) else None
     if why:
-        raise ConfigError(file, key, f'a design that saves CPU tensors (workload.backend = "gloo"): {why}', design)
+        raise ConfigError(
+            file, key, f'a design that saves host tensors (workload.backend = "gloo", device not "cuda"): {why}', design
+        )
     if design == "nvrx-local" and world_size % REPLICATION_FACTOR:
         raise ConfigError(
             file,
@@ -64,12 +72,12 @@ def check_design(design: str, *, backend: str, world_size: int, file: str, key: 
         )
 
 
-def unavailable(design: str, backend: str, world_size: int) -> str | None:
-    """Why ``design`` cannot run on this machine (``backend = "auto"`` resolved here), or None."""
-    from bench.procs.machine import resolve_backend
+def unavailable(design: str, backend: str, device: str, world_size: int) -> str | None:
+    """Why ``design`` cannot run on this machine (``auto`` backend and device resolved here), or None."""
+    from bench.procs.machine import resolve_backend, resolve_device
 
     try:
-        resolved = resolve_backend(backend, world_size)
+        resolved = resolve_device(device, resolve_backend(backend, world_size))
     except RuntimeError:
-        return None  # the runner says why backend nccl cannot run here
+        return None  # the runner says why the backend or the device cannot be had here
     return needs_gpu(design, resolved)

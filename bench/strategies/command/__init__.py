@@ -7,8 +7,10 @@ faults it from outside and reads what it shows (:mod:`.job`, :mod:`.translate`).
 no knobs: the job's own arguments are its knobs, and a sweep of ``workload.commands``
 compares them. Its phases are those its launchers show (an elastic agent's monitor,
 teardown, rendezvous and new workers; the workers' torch import; the new process
-group; a torchft quorum); a job without a launcher shows none, and its recovery is one
-``catchup`` phase.
+group; a torchft quorum) and those the probe sees the job's own code do: its model
+wrapped in DDP or FSDP (``build``), its checkpoint loaded (``restore``) and its first
+step, named as ftbench's instrumented ``restart`` names them. ``catchup`` is what is
+left: the steps it computed again (0 when it lost none).
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ STRATEGIES.register(
             ("spawn", "workers_started"),  # ...starts new workers
             ("import", "import_done"),  # which have imported torch
             ("pg", "reconfigured"),  # and formed a new process group
+            ("build", "model_wrapped"),  # the job wrapped its model in DDP or FSDP
+            ("restore", "restore_end"),  # ...and loaded its checkpoint (torch.load, DCP's load)
             ("quorum", "quorum"),  # torchft: a quorum after the fault
+            ("first_step", "first_step"),  # ...and ended its first step, replayed or not
         ),
         summary="your own job's command: its launcher and framework recover, ftbench watches from outside",
     )

@@ -16,6 +16,11 @@ lines (:mod:`bench.strategies.command.progress`), into the events the figures re
   ``detect`` (how it was noticed, where); any other becomes a ``crash``.
 - **Loss.** A progress line's loss goes on its step (the printing rank's); without one,
   ``loss_delta`` is empty and says why.
+- **Phases.** Each process's first step of a generation is a ``first_step``: the phase
+  that ends there holds the restarted job's first step, so that ``catchup`` after it
+  holds as many steps as were lost (0 when none were). A restarted generation whose
+  model wrapping or checkpoint load the probe did not see has its ``build`` or
+  ``restore`` listed as blind; where its resume step is unknown, its ``catchup`` too.
 - **The end.** A job whose commands all exited 0 finished: each rank of the last
   generation gets a ``train_end`` at its last step.
 
@@ -44,8 +49,9 @@ def translate(events: Sequence[Event], progress: Sequence[ProgressLine], *, fini
         steps = _from_progress(progress)
         blind["phases"] = "steps come from progress lines, stamped when the harness read them"
     aligned = _align(steps, progress, blind)
-    out = others + aligned + _detections(events)
+    out = others + aligned + _detections(events) + _first_steps(aligned)
     _losses(aligned, progress, blind)
+    _unseen_phases(events, aligned, blind)
     last: int | None = None
     if finished and aligned:
         last_gen = max(int(e["gen"]) for e in aligned)
@@ -77,6 +83,12 @@ def _sources(events: Sequence[Event], progress: Sequence[ProgressLine], blind: d
         out["loss"] = "progress lines"
     if kinds & {"teardown_end", "rendezvous_end", "workers_started", "reconfigured", "quorum"}:
         out["phases"] = "the launcher's own lifecycle (agent), the probe's process groups and quorums"
+    sights = [
+        what for e, what in (("model_wrapped", "model wrapping"), ("restore_end", "checkpoint loads")) if e in kinds
+    ]
+    if sights:
+        own = "the job's " + " and ".join(sights) + " (probe)"
+        out["phases"] = f"{out['phases']}; {own}" if "phases" in out else own
     return {k: v for k, v in out.items() if k not in blind}
 
 
@@ -128,6 +140,47 @@ class _Timeline:
         events, times = self.ranks.get(rank, self.all) if rank is not None else self.all
         i = bisect.bisect_right(times, t)
         return events[i - 1] if i else None
+
+
+def _first_steps(aligned: Sequence[Event]) -> list[Event]:
+    """A ``first_step`` at each process's first step of each generation."""
+    firsts: dict[tuple[object, object, object], Event] = {}
+    for e in aligned:
+        key = (e.get("rank"), e.get("pid"), e.get("gen", 0))
+        if key not in firsts or e["t"] < firsts[key]["t"]:
+            firsts[key] = e
+    return [
+        {"t": e["t"], "event": "first_step", "src": "rank", "rank": e["rank"], "pid": e.get("pid"),
+         "gen": e.get("gen", 0), "step": e["step"]}
+        for e in firsts.values()
+    ]  # fmt: skip
+
+
+#: What the probe brackets, per phase, and the events that say it saw it.
+PHASE_SIGHTS = {
+    "phase_build_s": (
+        "model_wrapped",
+        "the restarted job wrapped no model in DistributedDataParallel or FSDP that the probe saw; its model's "
+        "building, if any, is counted in first_step",
+    ),
+    "phase_restore_s": (
+        "restore_end",
+        "the restarted job loaded nothing with torch.load or torch.distributed.checkpoint that the probe saw; a "
+        "load by other means, if any, is counted in first_step",
+    ),
+}
+
+
+def _unseen_phases(events: Sequence[Event], aligned: Sequence[Event], blind: dict[str, str]) -> None:
+    """The phases a restarted generation did not show (its steps do)."""
+    restarted = {int(e.get("gen", 0)) for e in aligned} - {0}
+    if not restarted:
+        return
+    for column, (event, why) in PHASE_SIGHTS.items():
+        if not any(e["event"] == event and int(e.get("gen", 0)) in restarted for e in events):
+            blind[column] = why
+    if "steps_lost" in blind:
+        blind["phase_catchup_s"] = "the step the restarted job resumed at is unknown: what it replayed is too"
 
 
 def _detections(events: Sequence[Event]) -> list[Event]:

@@ -128,7 +128,12 @@ def check(scenario: Scenario, file: str) -> None:
         )
     w = scenario.workload
     check_design(
-        p.checkpoint, backend=w.backend, world_size=w.world_size, file=file, key="recovery.nvrx-inprocess.checkpoint"
+        p.checkpoint,
+        backend=w.backend,
+        device=w.device,
+        world_size=w.world_size,
+        file=file,
+        key="recovery.nvrx-inprocess.checkpoint",
     )
     if p.min_world_size > scenario.workload.world_size:
         raise ConfigError(

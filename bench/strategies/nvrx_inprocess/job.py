@@ -25,7 +25,7 @@ class NVRxInprocessJob(SupervisedJob):
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
         w, p = scenario.workload, scenario.recovery.params
-        return nvrx_unavailable() or unavailable(p.checkpoint, w.backend, w.world_size)
+        return nvrx_unavailable() or unavailable(p.checkpoint, w.backend, w.device, w.world_size)
 
     def start_services(self) -> None:
         self.store.set(STORE_PORT_KEY, str(free_port()))

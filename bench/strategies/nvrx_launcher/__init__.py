@@ -80,7 +80,12 @@ def check(scenario: Scenario, file: str) -> None:
     p: NVRxLauncherParams = scenario.recovery.params
     w = scenario.workload
     check_design(
-        p.checkpoint, backend=w.backend, world_size=w.world_size, file=file, key="recovery.nvrx-launcher.checkpoint"
+        p.checkpoint,
+        backend=w.backend,
+        device=w.device,
+        world_size=w.world_size,
+        file=file,
+        key="recovery.nvrx-launcher.checkpoint",
     )
 
 
@@ -117,7 +122,9 @@ STRATEGIES.register(
             ("rendezvous", "rendezvous_end"),  # NVRx's c10d re-rendezvous done
             ("spawn", "workers_started"),  # new worker processes (and rank monitors) exist
             ("import", "import_done"),  # ...and have imported torch and ftbench
-            ("build", "workload_ready"),  # ...and built model and optimizer
+            ("cuda", "cuda_ready"),  # ...and made their CUDA context (GPU ranks only)
+            ("build", "workload_ready"),  # ...and built model and optimizer in host memory
+            ("upload", "upload_end"),  # ...and moved them to the GPU (GPU ranks only)
             ("pg", "reconfigured"),  # ...and formed the process group
             ("restore", "restore_end"),  # ...and loaded the checkpoint
         ),

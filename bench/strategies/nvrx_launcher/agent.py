@@ -4,7 +4,7 @@ This runs NVRx's real ``ft_launcher`` main, its own ``LocalElasticAgent`` (a for
 torchrun's, vendored by NVRx) and its ``RankMonitorServer`` processes. It only wraps
 methods so that each records an event and then returns what the original returned:
 
-- the agent's lifecycle, as for torchrun (:func:`bench.probe.site.ftbench_probe.instrument_agent`):
+- the agent's lifecycle, as for torchrun (:func:`bench.probe.site.ftbench_probe_agents.instrument_agent`):
   ``detect`` by the agent's monitor, ``teardown_*``, ``rendezvous_*``, ``workers_started``;
 - each rank monitor's two timeout checks (``_is_hb_timeout_elapsed``,
   ``_is_section_timeout_elapsed``): the first check of a connected rank that finds its
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.jobs.elastic import agent_main
-from bench.probe.site.ftbench_probe import instrument_agent
+from bench.probe.site.ftbench_probe_agents import instrument_agent
 from bench.procs.events import EventWriter
 
 

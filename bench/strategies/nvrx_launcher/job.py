@@ -63,7 +63,7 @@ class NVRxLauncherJob(ElasticJob):
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
         w, p = scenario.workload, scenario.recovery.params
-        return nvrx_unavailable() or unavailable(p.checkpoint, w.backend, w.world_size)
+        return nvrx_unavailable() or unavailable(p.checkpoint, w.backend, w.device, w.world_size)
 
     @property
     def params(self) -> NVRxLauncherParams:

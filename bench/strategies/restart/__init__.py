@@ -70,7 +70,14 @@ def check(scenario: Scenario, file: str) -> None:
     """``min_nodes`` is a count of the scenario's hosts; the checkpoint design can run."""
     p: RestartParams = scenario.recovery.params
     w = scenario.workload
-    check_design(p.checkpoint, backend=w.backend, world_size=w.world_size, file=file, key="recovery.restart.checkpoint")
+    check_design(
+        p.checkpoint,
+        backend=w.backend,
+        device=w.device,
+        world_size=w.world_size,
+        file=file,
+        key="recovery.restart.checkpoint",
+    )
     hosts = scenario.workload.world_size // scenario.launch.ranks_per_host
     if p.min_nodes and not (scenario.launch.agents and p.min_nodes <= hosts):
         raise ConfigError(
@@ -99,7 +106,9 @@ STRATEGIES.register(
             ("rendezvous", "rendezvous_end"),  # c10d re-rendezvous done
             ("spawn", "workers_started"),  # new worker processes exist
             ("import", "import_done"),  # ...and have imported torch and ftbench
-            ("build", "workload_ready"),  # ...and built model and optimizer
+            ("cuda", "cuda_ready"),  # ...and made their CUDA context (GPU ranks only)
+            ("build", "workload_ready"),  # ...and built model and optimizer in host memory
+            ("upload", "upload_end"),  # ...and moved them to the GPU (GPU ranks only)
             ("pg", "reconfigured"),  # ...and formed the process group
             ("restore", "restore_end"),  # ...and loaded the checkpoint
         ),

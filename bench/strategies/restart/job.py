@@ -24,7 +24,7 @@ class RestartJob(ElasticJob):
     @classmethod
     def unavailable(cls, scenario: Scenario) -> str | None:
         w, p = scenario.workload, scenario.recovery.params
-        return unavailable(p.checkpoint, w.backend, w.world_size)
+        return unavailable(p.checkpoint, w.backend, w.device, w.world_size)
 
     def launcher_args(self, nproc: int, rdzv_port: int, *, nnodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
         params: RestartParams = self.ctx.scenario.recovery.params

@@ -3,7 +3,7 @@
 This runs the real ``torch.distributed.run`` and its real ``LocalElasticAgent``; it only
 wraps four of the agent's methods so that each records an event (with the monotonic
 clock of the host) before and after calling the original
-(:func:`bench.probe.site.ftbench_probe.instrument_agent`). The agent's behaviour is unchanged; its
+(:func:`bench.probe.site.ftbench_probe_agents.instrument_agent`). The agent's behaviour is unchanged; its
 timeline becomes visible:
 
 - ``detect`` (src ``agent``, how ``agent_monitor``): the first monitor pass that finds
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 from bench.jobs.elastic import agent_main
-from bench.probe.site.ftbench_probe import instrument_agent
+from bench.probe.site.ftbench_probe_agents import instrument_agent
 from bench.procs.events import EventWriter
 
 

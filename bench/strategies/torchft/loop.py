@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from bench.procs.events import EventWriter
 from bench.rank.comm import classify
 from bench.rank.entry import EXIT_FAILED, RankSpec
+from bench.rank.loop import device_memory
 from bench.strategies.torchft.observe import first_line, pg_handle
 
 
@@ -104,5 +105,7 @@ def train(
             failing = True
         events.emit("discard", step=step, gen=gen, world_size=world, error=message[:200])
     # The final parameters' digest: replicas that diverged show as "corrupted".
-    events.emit("train_end", step=manager.current_step(), gen=gen, **workload.checksum())
+    events.emit(
+        "train_end", step=manager.current_step(), gen=gen, **workload.checksum(), **device_memory(workload.device)
+    )
     return 0

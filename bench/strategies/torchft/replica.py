@@ -51,8 +51,9 @@ from torchft.optim import OptimizerWrapper
 from bench.procs.events import ADDRESS_ENV, EventWriter
 from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
-from bench.rank.entry import RankSpec, device, store_client
-from bench.scenario.registry import load_path
+from bench.rank.abortable import future_for
+from bench.rank.entry import RankSpec, store_client
+from bench.rank.loop import build_workload
 from bench.strategies.torchft import group_size
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
 from bench.strategies.torchft.loop import train
@@ -84,7 +85,7 @@ def replica_main(spec: RankSpec, events: EventWriter) -> int:
     td = datetime.timedelta
     store = store_client(spec)
     lighthouse = store.get(LIGHTHOUSE_KEY).decode()
-    workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size, device=device(spec))
+    workload: Any = build_workload(spec, events)
     version = torchft_version()
     workaround = ddp_workaround_needed(version, params.ddp_workaround)
 
@@ -193,6 +194,6 @@ PatchedDistributedDataParallel._comm_hook.__annotations__ = {
 
 
 def _completed(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut = future_for(tensor)
     fut.set_result(tensor)
     return fut

@@ -45,8 +45,8 @@ from torchft.optim import OptimizerWrapper
 from bench.procs.events import ADDRESS_ENV, EventWriter
 from bench.procs.hygiene import redirect_output
 from bench.procs.store import bound_store
-from bench.rank.entry import RankSpec, device, store_client
-from bench.scenario.registry import load_path
+from bench.rank.entry import RankSpec, store_client
+from bench.rank.loop import build_workload
 from bench.strategies.torchft import group_key, group_size
 from bench.strategies.torchft.lighthouse import LIGHTHOUSE_KEY
 from bench.strategies.torchft.loop import GroupLost, train
@@ -88,9 +88,8 @@ def sharded_main(spec: RankSpec, events: EventWriter) -> int:
         world_size=size,
         timeout=td(seconds=wl.pg_timeout_s),
     )
-    dev = device(spec)
-    workload = load_path(spec.workload_impl)(wl.params, seed=spec.seed, world_size=wl.world_size, device=dev)
-    workload.shard_within(init_device_mesh(dev.type, (size,), mesh_dim_names=("shard",)))
+    workload: Any = build_workload(spec, events)
+    workload.shard_within(init_device_mesh(workload.device.type, (size,), mesh_dim_names=("shard",)))
 
     manager = make_manager(
         spec,

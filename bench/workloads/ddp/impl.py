@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.rank.comm import Collectives, CorruptionDetected, site
-from bench.rank.workload import Workload
+from bench.rank.workload import Workload, move
 from bench.workloads.ddp import DDPParams, state_width
 
 
@@ -94,12 +94,14 @@ class DDPWorkload(Workload):
                 for p in branch.parameters():
                     p.normal_(0.0, (1.0 / max(1, p.shape[-1])) ** 0.5, generator=gen)
             self.model = StateSizedMLP(self.model, branch)
-        self.model.to(device)
         self.global_batch = world_size * params.batch_per_rank
         self.opt = self._optimizer()
         self.ddp: DistributedDataParallel | None = None
         self._retired: list[DistributedDataParallel] = []
         self.comm: Collectives | None = None
+
+    def upload(self) -> int:
+        return move(self.model, self.opt, self.device)
 
     @property
     def sized(self) -> bool:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.rank.comm import Collectives, site
-from bench.rank.workload import Workload
+from bench.rank.workload import Workload, move
 from bench.workloads.transformer import TransformerParams
 from bench.workloads.transformer.model import DecoderLM, build, tokens
 
@@ -37,7 +37,7 @@ class TransformerWorkload(Workload):
 
     def __init__(self, params: TransformerParams, *, seed: int, world_size: int, device: torch.device) -> None:
         super().__init__(params, seed=seed, world_size=world_size, device=device)
-        self.model: DecoderLM = build(params, seed).to(device)
+        self.model: DecoderLM = build(params, seed)
         self.global_batch = world_size * params.batch_per_rank
         self.tokens_per_step = self.global_batch * params.seq_len
         self.batch = 0
@@ -48,6 +48,9 @@ class TransformerWorkload(Workload):
         self.comm: Collectives | None = None
         if params.parallelism == "ddp":
             self.opt = self._optimizer()
+
+    def upload(self) -> int:
+        return move(self.model, self.opt, self.device)
 
     @property
     def sharded(self) -> bool:
