@@ -161,27 +161,27 @@ def test_a_second_death_during_the_agreement_even_the_deciders_own(server: dist.
     assert {w.members for i, w in worlds.items() if i} == {(1, 2, 3, 4)}
 
 
-def test_a_member_that_checked_in_and_then_died_is_not_in_the_next_world(server: dist.TCPStore) -> None:
-    """Members 0-2 have checked in and wait; member 3 checks in and is killed: it is
-    accounted for (here, then dead), so the agreement closes on the count without it."""
-    world = tuple(range(4))
+def test_a_member_that_checked_in_and_died_before_the_agreement_closed_is_not_in_it(server: dist.TCPStore) -> None:
+    """Member 4 is stalled, so the agreement waits out its window; meanwhile member 3 checks
+    in and is killed. Here and dead, it is left out with the silent one. (Killed after
+    the agreement closed, it would be in the next world, and the group's formation
+    would fail on it: the protocol cannot know of a death nobody reported.)"""
+    world, window = tuple(range(5)), 1.0
     probe = client(server)
 
     def run(i: int) -> World | Left | None:
         if i < 3:
-            return member(server, i).next_world(World(0, world, i))
+            return member(server, i, window_s=window).next_world(World(0, world, i))
         deadline = time.monotonic() + DEADLINE_S
         while probe.add("g0/nhere", 0) < 3 and time.monotonic() < deadline:  # the others are in
             time.sleep(0.01)
-        doomed = Membership(Dies(client(server), calls=2), me=3, join_window_s=LONG_WINDOW_S, timeout_s=DEADLINE_S)
+        doomed = Membership(Dies(client(server), calls=2), me=3, join_window_s=window, timeout_s=DEADLINE_S)
         with pytest.raises(Killed):
             doomed.next_world(World(0, world, 3))
         report_death(client(server), 3, -9)
         return None
 
-    started = time.monotonic()
-    worlds = together(run, list(world))
-    assert time.monotonic() - started < LONG_WINDOW_S
+    worlds = together(run, [0, 1, 2, 3])
     assert {w.members for i, w in worlds.items() if i != 3} == {(0, 1, 2)}
 
 
