@@ -8,7 +8,10 @@ handles), which ``ftbench scale`` measures (coordinator ``membership``):
 1. **abort**: a rank whose collective fails publishes ``g<gen>/abort`` (first writer
    wins). Every rank of the generation watches that key (``abortable.py``) and stops
    waiting on its collectives at once: nobody sits in a process-group timeout because a
-   peer two hops away died.
+   peer two hops away died. Each rank waits on a store connection of its own (a
+   blocking wait holds it): two connections a rank. Relayed through the members
+   instead, a stalled relay would hold its subtree's abort until their own timeouts,
+   and the agreement would then take those live members for stalled ones.
 2. **agree**: each survivor checks in: it appends its id to ``g<gen>/here``, then counts
    itself in ``g<gen>/nhere``. The first to count itself decides and says so
    (``g<gen>/decider``); the second stands by, and decides in its place if the launcher
