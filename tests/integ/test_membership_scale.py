@@ -29,7 +29,7 @@ def test_no_live_member_is_left_out_at_the_largest_size_this_machine_runs(tmp_pa
         ("coordinators=['membership']", f"sizes={sizes}", "repeats=1", f"deadline_s={spec.FULL_DEADLINE_S}")
     )
     run = rundir.load(sweep.run(chosen, tmp_path, progress=print))
-    stops = run.stops()
+    stops = run.stops
     assert all(s.limit in MACHINE_LIMITS for s in stops), stops
     done = run.ok()
     agreed = done[done["op"] == "agree"]
