@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from bench.rank.comm import ABORT_TAG, CollectiveError, Hook
+from bench.rank.membership import GENERATION_OVER
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
@@ -166,7 +167,8 @@ class AbortableCollectives:
             reason = watch.store.get(watch.key).decode(errors="replace")
         except Exception:
             return  # the watch timed out (trial deadline) or the store is gone
-        self.abort(f"{ABORT_TAG}: {reason}")
+        if reason != GENERATION_OVER:
+            self.abort(f"{ABORT_TAG}: {reason}")
 
 
 def future_for(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:

@@ -75,6 +75,11 @@ from bench.rank import relay
 from bench.rank.deaths import DEATH_COUNT, DEATHS, dead_key
 from bench.rank.policy import World
 
+GENERATION_OVER = "ftbench-generation-over"
+"""What a generation's abort key holds when it ended without a failure (it grew, or
+training ended): its watcher wakes, aborts nothing and lets go of the store connection
+the next generation's watcher waits on."""
+
 POLL_S = 0.002
 """The decider's poll (two counters) and the standby's (the decision, the decider's
 death): the store serves about 2,000 requests a second for them whatever N (before: 2N
@@ -195,9 +200,13 @@ class Membership:
         members, _ = changed(world.members, change.encode())
         self.store.set(f"g{g}/world", json.dumps(members))
         self.store.set("current_gen", str(g + 1))
-        # Release this generation's watchers that wait for joins that will never come.
+        # Release this generation's watchers that wait for joins that will never come, and
+        # its abort watchers where it ended without a failure (a failure set the key
+        # already): a watcher still waiting would hold the connection the next
+        # generation's watcher needs, which then learns of a failure at the timeout.
         self.store.compare_set(f"g{g}/join", "", "closed")
         self.store.compare_set(f"g{g}/grow_at", "", "-1")
+        self.store.compare_set(self.abort_key(g), "", GENERATION_OVER)
 
     def _apply(self, world: World, change: bytes) -> World | Left:
         members, gone = changed(world.members, change)

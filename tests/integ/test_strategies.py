@@ -1,5 +1,6 @@
-"""One short real trial of torchrun restart, of reinit growing back to full size, and of
-a stalled reinit rank that rejoins in its own process after the survivors left it out."""
+"""One short real trial of torchrun restart, of reinit growing back to full size (and
+noticing the next kill as fast once grown), and of a stalled reinit rank that rejoins in
+its own process after the survivors left it out."""
 
 from __future__ import annotations
 
@@ -54,6 +55,31 @@ regrow_delay_s = 0.2
 trials = 1
 deadline_s = 60
 reference = true
+"""
+
+GROWN_THEN_KILLED = """
+name = "grown-then-killed"
+[workload]
+kind = "ddp"
+world_size = 4
+steps = 900
+pg_timeout_s = 10
+[[faults]]
+kind = "kill"
+target = { ranks = [2] }
+trigger = { at_step = 30 }
+[[faults]]
+kind = "kill"
+target = { ranks = [0] }
+trigger = { at_step = 500 }
+[recovery]
+strategy = "reinit"
+[recovery.reinit]
+regrow = true
+regrow_delay_s = 0.2
+[measure]
+trials = 1
+deadline_s = 120
 """
 
 
@@ -115,6 +141,18 @@ def test_reinit_grows_back_to_full_strength(run_scenario) -> None:
     finals = [e for e in events if e["event"] == "train_end"]
     assert {e["world_size"] for e in finals} == {3} and len(finals) == 3
     assert not math.isnan(r["goodput"])
+
+
+@pytest.mark.timeout(150)
+def test_a_grown_world_learns_of_the_next_kill_through_the_store(run_scenario) -> None:
+    """Once the world has grown back, the generation before it is over: its abort watch
+    must let go of the connection the grown world's watch uses, or the survivor that is
+    no ring neighbour of the next dead rank learns of it only at the 10 s timeout."""
+    report = run_scenario(GROWN_THEN_KILLED)
+    first, second = sorted(rows(report), key=lambda r: r["fault"])
+    assert first["outcome"] == "recovered" and first["ttd_s"] < first["ttfs_s"], first
+    assert second["outcome"] == "recovered", second
+    assert second["ttd_all_s"] < 1.0, "every survivor heard of the second kill from the store, not its timeout"
 
 
 @pytest.mark.timeout(180)

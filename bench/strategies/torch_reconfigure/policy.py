@@ -28,7 +28,7 @@ from bench.procs.events import EventWriter
 from bench.rank.abortable import AbortableCollectives, Watch
 from bench.rank.comm import CollectiveError, Collectives, Hook, StockCollectives
 from bench.rank.entry import RankSpec, store_client
-from bench.rank.membership import Membership
+from bench.rank.membership import GENERATION_OVER, Membership
 from bench.rank.policy import Position, World
 from bench.rank.reform import ReformingPolicy
 from bench.rank.workload import Workload
@@ -64,7 +64,10 @@ class Notifier:
         try:
             if params.notify == "abort":
                 client = store_client(spec)
-                client.wait([Membership.abort_key(self.gen)], datetime.timedelta(seconds=spec.wait_s))
+                key = Membership.abort_key(self.gen)
+                client.wait([key], datetime.timedelta(seconds=spec.wait_s))
+                if client.get(key).decode(errors="replace") == GENERATION_OVER:
+                    return  # the generation grew or training ended: nothing failed
             else:
                 backend = world_group()._get_backend(torch.device("cpu"))
                 while self.active:
