@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.rank import relay
 from bench.scale import rundir, spec
-from bench.scale.model import demand, machine, report
+from bench.scale.model import demand, machine, report, sim
 from bench.scale.model.predict import Model, workers
 from bench.scale.model.protocols import PROTOCOLS
 from bench.scale.records import Record
@@ -32,7 +33,7 @@ def _requests(c: str, op: str, n: int) -> float:
 
 
 def _bytes(c: str, op: str, n: int) -> float:
-    return 200.0 + (40.0 * n if any(s.per_member or s.share > 1 for s in PROTOCOLS[c, op].steps) else 0.0)
+    return 200.0 + (40.0 * n if any(s.share > 1 for s in PROTOCOLS[c, op].steps) else 0.0)
 
 
 def made_up_run(root: Path, *, latency: float = 1.0) -> Path:
@@ -111,8 +112,8 @@ def test_the_fits_recover_the_demand_the_run_was_made_with(model: Model) -> None
     assert barrier.requests.at(100_000) == pytest.approx(3.0)  # constant: the protocol's three requests
     # The interpreter lock's part of the participants' CPU is taken out; what is left is theirs.
     assert barrier.client_s == pytest.approx(CLIENT_PER_PARTICIPANT, rel=0.05)
-    resume = model.demand.op("membership", "resume")
-    assert resume is not None and resume.requests.b == pytest.approx(1.0)  # a get per member
+    tree = model.demand.op("nvrx", "tree")
+    assert tree is not None and tree.bytes_out.b == pytest.approx(20.0)  # every rank's state, read by each
 
 
 @pytest.mark.parametrize("where", ["here", "cluster"])
@@ -126,6 +127,20 @@ def test_the_closed_forms_agree_with_the_simulation(model: Model, where: str, op
         simulated = model.predict(c, o, n, m, method="simulation")
         formed = model.predict(c, o, n, m, method="closed form")
         assert formed.all_s == pytest.approx(simulated.all_s, rel=0.25), (c, o, n)
+
+
+def test_the_relay_tree_is_the_membership_protocol_s_own() -> None:
+    """The model's hops to a member are bench.rank.relay's, the deepest too."""
+
+    def hops(rank: int) -> int:
+        count = 0
+        while (up := relay.parent(rank, relay.FANOUT)) != 0:
+            rank, count = up, count + 1
+        return count
+
+    assert all(sim.relay_depth(r, relay.FANOUT) == hops(r) for r in range(1, 5000))
+    for n in (2, 33, 1057, 16_384, 131_072):
+        assert sim.deepest_relay(n, relay.FANOUT) == max(hops(r) for r in range(1, n))
 
 
 def test_a_gate_waits_for_its_timer(model: Model) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.scale.model.machine import Machine
 from bench.scale.model.protocols import RENDEZVOUS_JITTER_S, RENDEZVOUS_POLL_S, Protocol
-from bench.scale.model.sim import Costs, RaceCosts
+from bench.scale.model.sim import Costs, RaceCosts, deepest_relay
 
 Quantiles = tuple[float, float, float]
 
@@ -74,17 +74,23 @@ def replay(
     if busy >= 1:
         return math.inf, math.inf, math.inf  # it cannot keep up with the heartbeats alone
     slow = 1 / (1 - busy)  # the coordinator's work stretches by what the heartbeats leave it
-    shares = sum(s.share * (n if s.per_member else 1) for s in protocol.steps) or 1.0
+    shares = sum(s.share for s in protocol.steps if not s.relay) or 1.0
     t = 0.0  # when the current phase started for everyone
     spread = machine.arrival_s  # the first phase's participants start over this long
     lat = client = server = nbytes = 0.0
     for step in protocol.steps:
-        times = n if step.per_member else 1
-        b = costs.bytes * step.share * times / shares
-        c = times * costs.client_s / declared + costs.client_per_byte_s * b
-        req = times * scale * costs.server_per_request_s
+        if step.relay:  # the last member, deepest in the tree; its own reading
+            value = step.relay_bytes(n, knobs) if step.relay_bytes else 0.0
+            depth = deepest_relay(n, step.relay)
+            lat += depth * (machine.rtt_s + step.relay * value / machine.bandwidth_bytes_s)
+            lat += costs.client_per_byte_s * value * machine.cpu_scale
+            client += actors * costs.client_per_byte_s * value
+            continue
+        b = costs.bytes * step.share / shares
+        c = costs.client_s / declared + costs.client_per_byte_s * b
+        req = scale * costs.server_per_request_s
         rep = costs.server_per_byte_s * b
-        lat += c * machine.cpu_scale + times * machine.rtt_s + (req + rep) * slow * machine.cpu_scale
+        lat += c * machine.cpu_scale + machine.rtt_s + (req + rep) * slow * machine.cpu_scale
         client += actors * c
         nbytes += actors * b
         if step.gate < 0:
@@ -106,6 +112,7 @@ def replay(
             opened = max(opened, _mean_timer(gate, knobs))
         if gate.tick_ms:
             opened += float(knobs[gate.tick_ms]) / 2e3
+        opened += gate.poll_s / 2
         # Answered one by one: the next phase's participants start over the answers' span.
         t, spread = opened, actors * (req / 2 + rep) * slow * machine.cpu_scale / threads
         lat = client = server = nbytes = 0.0

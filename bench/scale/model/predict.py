@@ -167,8 +167,7 @@ class Model:
 
     @staticmethod
     def _events(protocol: Protocol, n: int) -> int:
-        per = sum(1 if not s.per_member else min(n, sim.BATCH) for s in protocol.steps)
-        return n * per * EVENTS_PER_REQUEST
+        return n * len(protocol.steps) * EVENTS_PER_REQUEST
 
     @staticmethod
     def _race_events(agents: int) -> int:

@@ -30,8 +30,11 @@ class Step:
     """Its share of the bytes a participant moves in the operation."""
     gate: int = -1
     """Held at this gate (index into :attr:`Protocol.gates`) until it opens; -1: answered at once."""
-    per_member: bool = False
-    """Sent once per member, one after another (a ``get`` of each member's key)."""
+    relay: int = 0
+    """Not the coordinator's: a value every member needs whole, read from a member above
+    it in a tree of this fan-out (each relay sends it to its children one after another)."""
+    relay_bytes: Callable[[int, dict[str, Any]], float] | None = None
+    """That value's size at N participants."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,9 @@ class Gate:
     timer: Timer | None = None
     """Seconds after the release before which the gate cannot open (a dead participant's
     heartbeat expiring)."""
+    poll_s: float = 0.0
+    """The member deciding polls the coordinator this often: the gate opens at its next
+    poll after the last arrival (and each poll is two requests meanwhile)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,8 +64,8 @@ class Protocol:
     """Where in the stack's code the sequence is, for the reader."""
 
     def requests(self, n: int) -> int:
-        """Requests a participant sends, as declared (a per-member one counts n)."""
-        return sum(n if s.per_member else 1 for s in self.steps)
+        """Requests a participant sends the coordinator, as declared."""
+        return sum(1 for s in self.steps if not s.relay)
 
 
 def _heartbeat_expiry(knobs: dict[str, Any], rng: random.Random) -> float:
@@ -70,6 +76,11 @@ def _heartbeat_expiry(knobs: dict[str, Any], rng: random.Random) -> float:
 def _keep_alive_expiry(knobs: dict[str, Any], rng: random.Random) -> float:
     # The dead agent's last keep-alive is its join of the round just formed, moments before.
     return float(knobs["rdzv_keep_alive_s"]) * int(knobs["rdzv_keep_alive_attempts"])
+
+
+def _handles(n: int, knobs: dict[str, Any]) -> float:
+    # Every member's handle, JSON-quoted and comma-separated.
+    return n * (float(knobs.get("handle_bytes", 32)) + 4)
 
 
 R, HELD = Step(), Step(gate=0)
@@ -136,20 +147,24 @@ PROTOCOLS.update(
             steps=(R, R, R), code="Membership.report_failure (member 0), the watcher's wait and get of the key"
         ),
         ("membership", "agree"): Protocol(
-            steps=(R, R, R, R, Step(gate=0), Step(share=4.0)),
-            gates=(Gate(),),
-            code="Membership.next_world: report, check in, add to coordinator, wait for next (the coordinating "
-            "member publishes it once all are here or dead), get it",
+            steps=(R, R, R, Step(gate=0), R),
+            gates=(Gate(poll_s=0.002),),
+            code="Membership.next_world: report, append to the check-in log, count in; the first in decides, "
+            "polling the check-in and death counters every 2 ms, and publishes the change once every member is "
+            "here or dead; each waits for it and reads it (the deaths: O(1) bytes)",
         ),
         ("membership", "resume"): Protocol(
-            steps=(R, Step(gate=0), Step(per_member=True)),
+            steps=(R, Step(gate=0), R),
             gates=(Gate(),),
-            code="Membership.agree_on_step: set committed, wait for every member's key, get each",
+            code="Membership.agree_on_step: set the committed step; rank 0 reads all with one multi_get once every "
+            "one is set and writes the decision once; the others wait for it and read it",
         ),
         ("membership", "handles"): Protocol(
-            steps=(R, Step(gate=0), Step(per_member=True)),
+            steps=(R, Step(gate=0), R, Step(relay=32, relay_bytes=_handles)),
             gates=(Gate(),),
-            code="Membership.exchange_handles: set the handle, wait for every member's, get each",
+            code="Membership.exchange_handles: set the handle; rank 0 multi_gets them once every one is set and "
+            "writes them as one value; the root's 32 children read it from the store, every other member from "
+            "the member above it in a tree of fan-out 32 (bench/rank/relay.py), after reading that one's address",
         ),
     }
 )

@@ -31,14 +31,9 @@ import numpy as np
 import simpy
 
 from bench.scale.model.machine import Machine
-from bench.scale.model.protocols import RENDEZVOUS_JITTER_S, RENDEZVOUS_POLL_S, Gate, Protocol
+from bench.scale.model.protocols import RENDEZVOUS_JITTER_S, RENDEZVOUS_POLL_S, Gate, Protocol, Step
 
 Proc = Generator[simpy.Event, Any, Any]
-BATCH = 16
-"""A per-member request (one a member, N of them) is replayed as at most this many
-requests, each of N / BATCH round trips and that much work: its events would otherwise
-grow as N^2, and with fewer the participants would hold their lock for N requests at a
-time where each gives it up."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,6 +142,28 @@ class _World:
         yield self.env.timeout(self.m.rtt_s / 2)
 
 
+def relay_depth(rank: int, fanout: int) -> int:
+    """Relays between the coordinator's value and group ``rank`` in bench.rank.relay's tree:
+    a rank reads from the rank with its lowest non-zero digit (base ``fanout``) cleared, the
+    ranks of one non-zero digit from the coordinator; so one relay fewer than its digits."""
+    digits = 0
+    while rank:
+        digits += rank % fanout != 0
+        rank //= fanout
+    return max(0, digits - 1)
+
+
+def deepest_relay(n: int, fanout: int) -> int:
+    """The largest :func:`relay_depth` among ranks below ``n``."""
+    if n <= 1:
+        return 0
+    places = 0
+    while fanout**places <= n - 1:
+        places += 1
+    all_nonzero = (fanout**places - 1) // (fanout - 1)  # the smallest rank whose every digit is set
+    return places - 1 if n - 1 >= all_nonzero else max(0, places - 2)
+
+
 class _Gate:
     def __init__(self, world: _World, gate: Gate, count: int, knobs: dict[str, Any], rng: random.Random) -> None:
         self.env = world.env
@@ -154,6 +171,7 @@ class _Gate:
         self.arrived = 0
         self.opened = self.env.event()
         not_before = gate.timer(knobs, rng) if gate.timer else 0.0
+        self.poll_s = gate.poll_s
         tick = float(knobs[gate.tick_ms]) / 1e3 if gate.tick_ms else 0.0
         self.env.process(self._open(not_before, tick, rng))
         self.all_here = self.env.event()
@@ -171,6 +189,8 @@ class _Gate:
         if tick > 0:
             phase = rng.uniform(0, tick)  # the coordinator's ticks run on their own clock
             yield self.env.timeout((phase - self.env.now) % tick)
+        if self.poll_s > 0:  # the deciding member's next poll
+            yield self.env.timeout(rng.uniform(0, self.poll_s))
         self.opened.succeed()
 
 
@@ -193,32 +213,37 @@ def replay(
     gates = [_Gate(world, g, len(actors), knobs, rng) for g in protocol.gates]
     declared = max(1, protocol.requests(n))
     scale = costs.requests / declared  # segments per declared request (polls, coalescing, replies)
-    shares = sum(s.share * (n if s.per_member else 1) for s in protocol.steps) or 1.0
+    shares = sum(s.share for s in protocol.steps if not s.relay) or 1.0
     done: dict[int, float] = {}
 
     def participant(i: int) -> Proc:
         if machine.arrival_s > 0:
             yield env.timeout(rng.uniform(0, machine.arrival_s))
         for step in protocol.steps:
-            times = n if step.per_member else 1
-            batch = math.ceil(times / BATCH)  # requests replayed as one, BATCH of them at most
-            for _ in range(math.ceil(times / batch)):
-                nbytes = costs.bytes * step.share * batch / shares
-                client = batch * costs.client_s / declared + costs.client_per_byte_s * nbytes
-                request_s = batch * scale * costs.server_per_request_s
-                reply_s = costs.server_per_byte_s * nbytes
-                yield from world.cpu(i, client)
-                yield from world.wire(nbytes / 2)
-                if step.gate >= 0:  # the reply is a write of its own, made when the gate opens
-                    yield from world.serve(request_s / 2)
-                    yield gates[step.gate].arrive()
-                    yield from world.serve(request_s / 2 + reply_s)
-                else:
-                    yield from world.serve(request_s + reply_s)
-                yield from world.wire(nbytes / 2)
-                if batch > 1:  # the round trips of the batch after the first
-                    yield env.timeout((batch - 1) * machine.rtt_s)
+            if step.relay:
+                yield from relayed(i, step)
+                continue
+            nbytes = costs.bytes * step.share / shares
+            client = costs.client_s / declared + costs.client_per_byte_s * nbytes
+            request_s = scale * costs.server_per_request_s
+            reply_s = costs.server_per_byte_s * nbytes
+            yield from world.cpu(i, client)
+            yield from world.wire(nbytes / 2)
+            if step.gate >= 0:  # the reply is a write of its own, made when the gate opens
+                yield from world.serve(request_s / 2)
+                yield gates[step.gate].arrive()
+                yield from world.serve(request_s / 2 + reply_s)
+            else:
+                yield from world.serve(request_s + reply_s)
+            yield from world.wire(nbytes / 2)
         done[i] = env.now
+
+    def relayed(i: int, step: Step) -> Proc:
+        """A value read from a member above in the relay tree: each level a round trip and
+        the value sent to each of a relay's children in turn; then reading it."""
+        value = step.relay_bytes(n, knobs) if step.relay_bytes else 0.0
+        yield env.timeout(relay_depth(i, step.relay) * (machine.rtt_s + step.relay * value / machine.bandwidth_bytes_s))
+        yield from world.cpu(i, costs.client_per_byte_s * value)
 
     for i in actors:
         env.process(participant(i))
