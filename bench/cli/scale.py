@@ -114,8 +114,16 @@ def scale(
     signal.signal(signal.SIGTERM, interrupt)
     from bench.procs.launcher import LaunchError
 
+    network = sweep.isolate() if cluster is None else ""
     try:
-        path = sweep.run(chosen, out, progress=lambda line: click.echo(line, err=True), cluster=cluster, hosts=count)
+        path = sweep.run(
+            chosen,
+            out,
+            progress=lambda line: click.echo(line, err=True),
+            cluster=cluster,
+            hosts=count,
+            network=network,
+        )
     except LaunchError as err:  # the agents did not come, or a host was lost
         click.echo(f"ftbench: error: {err}", err=True)
         sys.exit(1)

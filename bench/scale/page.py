@@ -58,6 +58,7 @@ def context_lines(run: ScaleRun) -> list[str]:
         f"clock: {clock.get('clock', 'CLOCK_MONOTONIC')} ({clock.get('resolution_s')} s); CPU time: "
         f"{clock.get('cpu_time', '/proc/PID/stat')}, resolution {clock.get('cpu_resolution_s', 0.01):g} s",
         f"resolver: {info.get('resolver', '')}",
+        f"network: {info.get('network', 'the host loopback')}; {info.get('limits', {}).get('raised', '')}",
         f"repeats: {spec.repeats} per point up to {ONCE_ABOVE:,} participants, 1 above; time budget of an operation: "
         f"{spec.deadline_s:g} s",
         "settings: " + ", ".join(f"{k} = {v}" for k, v in spec.knobs().items()),

@@ -69,6 +69,20 @@ def idle_s(spec: ScaleSpec) -> float:
     return max(600.0, 10 * spec.deadline_s)
 
 
+def isolate() -> str:
+    """What ``ftbench scale`` on one machine gives its run, in its own process (never in a
+    process that goes on to other work: the move into a network namespace is for good):
+    a loopback of its own, every port on it for the run's connections (16,384 members of
+    two connections need 32,768 to one address and port; the host has 28,232), and as
+    many descriptors as root may give. Says what it got."""
+    why = system.own_network()
+    if why:
+        return f"the host's loopback ({why})"
+    return (
+        f"a network namespace of its own: loopback only, ephemeral ports {system.PORT_RANGE[0]}-{system.PORT_RANGE[1]}"
+    )
+
+
 def run(
     spec: ScaleSpec,
     out: Path,
@@ -76,10 +90,14 @@ def run(
     *,
     cluster: Cluster | None = None,
     hosts: int = 0,
+    network: str = "the host's loopback",
 ) -> Path:
     """Measure ``spec``; returns the run directory. With ``cluster``, the participants are
-    spread over its ``hosts`` agents' hosts."""
+    spread over its ``hosts`` agents' hosts. ``network`` says what the caller gave the run
+    (``ftbench scale`` a loopback of its own: :func:`isolate`)."""
     path = RunDir.create(out, rundir.SCENARIO, machine.commit()).path
+    network = "the hosts' (across hosts)" if cluster is not None else network
+    descriptors = system.raise_fd_hard_limit()
     pid_max, threads = system.thread_ids()
     info: dict[str, Any] = {
         "created": datetime.now(UTC).isoformat(),
@@ -92,7 +110,9 @@ def run(
             "cpu_resolution_s": system.CPU_RESOLUTION_S,
         },
         "spec": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items()},
+        "network": network,
         "limits": {
+            "raised": descriptors,
             "descriptors": system.fd_limit(),
             "ephemeral_ports": system.ephemeral_ports(),
             "pid_max": pid_max,

@@ -153,6 +153,30 @@ def raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+DESCRIPTORS = 1 << 17
+"""Descriptors a sweep's processes may hold where root can raise the limit: the membership
+coordinator at 16,384 holds 32,768 connections (two a member), over this machine's 20,000."""
+
+
+def raise_fd_hard_limit() -> str:
+    """As root, raise this process's hard (and soft) limit of descriptors to DESCRIPTORS
+    (at most ``fs.nr_open``), for it and every process it starts; a limit of this process
+    only, not the machine's. Returns what it did, or why not."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        nr_open = hard
+    want = min(DESCRIPTORS, nr_open)
+    if hard >= want:
+        return f"descriptors: {hard:,} already"
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+    except (OSError, ValueError) as err:
+        return f"descriptors: {hard:,} (could not raise: {err})"
+    return f"descriptors: {want:,} for this run's processes (raised from {hard:,}; root)"
+
+
 def ephemeral_ports() -> int:
     """How many local ports a client connection can take (ip_local_port_range)."""
     try:
@@ -192,6 +216,34 @@ def memory_available() -> float:
 # --- the resolver --------------------------------------------------------------------
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+PORT_RANGE = (1024, 65535)
+"""The ephemeral ports of the run's own loopback (the host's default range holds 28,232)."""
+
+
+def own_network() -> str:
+    """Move this thread (and every process it starts after) into a network namespace of
+    its own: a loopback only, brought up, whose ephemeral port range is PORT_RANGE (a
+    setting of that namespace alone). 16,384 members of two connections each need 32,768
+    ports to one address and port; the host's range, and whatever else uses its loopback,
+    stay as they are. Returns "" on success, else why it could not (nothing changed)."""
+    import fcntl
+    import socket
+    import struct
+
+    if os.geteuid() != 0:
+        return "not root"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNET) != 0:
+        return f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0)))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+    Path("/proc/sys/net/ipv4/ip_local_port_range").write_text(f"{PORT_RANGE[0]} {PORT_RANGE[1]}")
+    return ""
+
+
 _MS_BIND = 4096
 _MS_REC = 0x4000
 _MS_PRIVATE = 1 << 18
