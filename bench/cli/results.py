@@ -250,8 +250,8 @@ def baseline(run_dir: str, name: str | None, root: Path) -> None:
     default="auto",
     show_default=True,
     help="ftbench scale run whose coordinator curves scale the control-plane phases (rendezvous, quorum, "
-    "membership, barriers) at the cluster's participants; auto: the newest results/scale beside RUN_DIR's "
-    "scenario directory, if any; none: do without.",
+    "membership, barriers) at the cluster's participants; auto: the newest finished results/scale run beside "
+    "RUN_DIR's scenario directory that measured every coordinator (else the newest), if any; none: do without.",
 )
 @click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False, path_type=Path), help="Cluster TOML file.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a cluster key (docs/project.md).")

@@ -11,7 +11,8 @@
 
 A figure that does not exist (the last participant of a point that did not finish) is
 an empty cell, never 0. ``ftbench project`` finds the newest run of ``results/scale``
-beside a failure run's scenario directory, as it finds the tax and state runs.
+that measured every coordinator (:func:`widest`) beside a failure run's scenario
+directory, as it finds the tax and state runs.
 """
 
 from __future__ import annotations
@@ -94,6 +95,26 @@ def resolve(path: str | Path) -> Path:
     raise ConfigError(str(path), "", f"a scale run directory holding {INFO} (or a directory of them)")
 
 
+def widest(base: Path) -> Path:
+    """The newest finished run that measured every coordinator any finished run there
+    measured, else the newest finished: a later sweep of one coordinator (``--set
+    coordinators=[...]``) does not take the others' curves from the projection."""
+    if not base.is_dir():
+        return base
+    runs = sorted((d for d in base.iterdir() if (d / INFO).exists() and _finished(d)), key=_created)
+    measured = {d: _coordinators(d) for d in runs}
+    every = set().union(*measured.values()) if measured else set()
+    covering = [d for d in runs if measured[d] >= every]
+    return (covering or runs or [base])[-1]
+
+
+def _coordinators(d: Path) -> set[str]:
+    try:
+        return set(json.loads((d / INFO).read_text()).get("spec", {}).get("coordinators", []))
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError):
+        return set()
+
+
 def _created(d: Path) -> tuple[str, str]:
     try:
         created = str(json.loads((d / INFO).read_text()).get("created", ""))
@@ -140,7 +161,7 @@ def locate(option: str | None, beside: Path) -> ScaleRun | None:
         return None
     if option in (None, "auto"):
         try:
-            return load(beside.parent.parent / SCENARIO)
+            return load(widest(beside.parent.parent / SCENARIO))
         except ConfigError:
             return None
     try:

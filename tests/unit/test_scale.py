@@ -161,6 +161,25 @@ def test_the_newest_finished_run_is_the_default(tmp_path: Path) -> None:
     assert rundir.resolve(cut) == cut  # named, it is taken as it is
 
 
+def test_the_projection_takes_the_newest_run_of_every_coordinator(tmp_path: Path) -> None:
+    """A later sweep of one coordinator does not take the others' curves away."""
+    every = scale_run(tmp_path, {("nvrx", "barrier"): lambda n: 1e-3 * n})
+    info = json.loads((every / rundir.INFO).read_text())
+
+    def later(name: str, created: str, coordinators: list[str]) -> Path:
+        path = tmp_path / "scale" / name
+        path.mkdir()
+        (path / rundir.INFO).write_text(
+            json.dumps({**info, "created": created, "spec": {**info["spec"], "coordinators": coordinators}})
+        )
+        return path
+
+    later("20261208T000000Z_one", "2026-12-08T00:00:00+00:00", ["membership"])
+    assert rundir.widest(tmp_path / "scale") == every
+    again = later("20261209T000000Z_all", "2026-12-09T00:00:00+00:00", info["spec"]["coordinators"])
+    assert rundir.widest(tmp_path / "scale") == again
+
+
 def test_a_directory_without_a_run_is_a_one_line_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["scale", "--show", str(tmp_path)])
     assert res.exit_code == 2 and "scale.json" in res.output and "Traceback" not in res.output

@@ -9,7 +9,8 @@ Three sources, each read where the other side does not distort it:
   size measured on that server: on-CPU time is not stretched by the participants'
   work competing for the cores, only its busy wall time is. One line per server
   (:class:`ServerCost`): seconds a request, a byte, and a request per open connection
-  (the legacy server polls every connection in one loop; libuv does not).
+  (the legacy server polls every connection in one loop; libuv does not: on a cluster
+  only the legacy server pays it, :data:`~bench.scale.model.protocols.POLLS_EVERY_CONNECTION`).
 - **The protocol's traffic**: requests and bytes per participant against N
   (:class:`Line`, a + b N), over every size measured: what the protocol sends, which a
   faster or slower machine does not change (a compare-and-set race, whose retries do

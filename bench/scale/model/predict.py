@@ -16,7 +16,7 @@ from bench.scale.driver import PER_WORKER
 from bench.scale.model import closed, sim
 from bench.scale.model.demand import Demand, OpDemand, fit
 from bench.scale.model.machine import Machine, this_machine
-from bench.scale.model.protocols import PROTOCOLS, Protocol, serving_threads
+from bench.scale.model.protocols import POLLS_EVERY_CONNECTION, PROTOCOLS, Protocol, serving_threads
 from bench.scale.rundir import ScaleRun
 
 SIM_EVENTS = 120_000
@@ -130,6 +130,8 @@ class Model:
         if cost is None:
             raise KeyError(f"{server}: no operation of it measured in {self.run.tag}")
         connections = n * COORDINATORS[d.coordinator].connections
+        if server not in POLLS_EVERY_CONNECTION and not machine.coordinator_shares_cores:
+            connections = 0  # no per-connection work where nothing polls them (POLLS_EVERY_CONNECTION)
         requests = d.requests.at(n)
         heartbeat = float(self.knobs[protocol.heartbeat_ms]) / 1e3 if protocol.heartbeat_ms else 0.0
         if heartbeat:  # the run's segments hold the heartbeats of the whole operation: the model adds its own

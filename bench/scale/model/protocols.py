@@ -180,6 +180,13 @@ SERVING_THREADS: dict[str, tuple[int, str]] = {
 }
 """Threads that serve a coordinator's requests; 0: one per core of its host."""
 
+POLLS_EVERY_CONNECTION = frozenset({"tcpstore-legacy"})
+"""Servers whose loop visits every open connection for a request (the legacy TCPStore's
+poll). libuv's epoll and tokio hand the loop only the connections that are ready, so
+for them the fitted cost per request per open connection has no mechanism on a host of
+their own: it is this machine's (on-CPU time per request rising with the threads that
+share its cores), kept where the machine shares the coordinator's cores."""
+
 
 def serving_threads(server: str, cores: int) -> int:
     threads = SERVING_THREADS[server][0]

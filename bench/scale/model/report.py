@@ -24,7 +24,7 @@ from bench.scale.model import closed
 from bench.scale.model import demand as dm
 from bench.scale.model.machine import Machine
 from bench.scale.model.predict import Model, Prediction
-from bench.scale.model.protocols import SERVING_THREADS
+from bench.scale.model.protocols import POLLS_EVERY_CONNECTION, SERVING_THREADS
 
 WITHIN = 0.30
 VALIDATE_FROM = 64
@@ -56,6 +56,7 @@ def server_lines(model: Model) -> list[str]:
         threads, why = SERVING_THREADS.get(s.server, (1, ""))
         extra = (
             f" + {s.per_request_connection_s * 1e9:.3g} ns per request per open connection"
+            + ("" if s.server in POLLS_EVERY_CONNECTION else " (on this machine only: nothing polls them)")
             if s.per_request_connection_s
             else ""
         )
