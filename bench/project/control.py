@@ -129,10 +129,14 @@ class ControlPhase:
         where = f"extrapolated past {self.max_n:,}" if beyond else "within the sizes measured"
         into = phase if phase and phase != self.phase else ""
         name = f"{self.phase} (in {into})" if into else self.phase
-        measured = f"{v:.3g} s measured on 2 cores ({where}; an upper bound)"
+        bound = "an upper bound"
+        model = self.scaling.value(x) if isinstance(self.scaling, ModelCurve) else math.nan
+        if beyond and v < model:  # a growth too shallow for the sizes measured: not a bound out there
+            bound = f"below the model: its {self.measured.choice.fit.model} fit bounds only the sizes measured"
+        measured = f"{v:.3g} s measured on 2 cores ({where}; {bound})"
         head = f"{name} ← {self.coordinator}/{self.op} at {x:,.0f} {unit}"
         if isinstance(self.scaling, ModelCurve):
-            return f"{head}: {self.scaling.value(x):.3g} s on a cluster (model); {measured}"
+            return f"{head}: {model:.3g} s on a cluster (model); {measured}"
         return f"{head}: {measured}"
 
 
