@@ -17,7 +17,7 @@ from bench.scenario.model import Scenario
 from bench.scenario.overrides import parse_override
 
 if TYPE_CHECKING:
-    pass
+    from bench.hosts.cluster import Cluster
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,3 +78,21 @@ def cli() -> None:
 def interrupt(signum: int, frame: Any) -> None:
     """SIGINT and SIGTERM handler: end the current trial cleanly, as Ctrl-C does."""
     raise KeyboardInterrupt
+
+
+def agents_cluster(agents_at: str, wait_s: float) -> Cluster:
+    """The rendezvous with host agents at ``--agents-at`` (``ftbench run`` and ``ftbench
+    scale``): its address checked, and the shared secret a routable address requires."""
+    from bench.hosts.auth import SecretError, required_secret
+    from bench.hosts.cluster import Cluster, parse_address
+
+    try:
+        address, port = parse_address(agents_at)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--agents-at") from None
+    try:
+        secret = required_secret(address, "--agents-at")
+    except SecretError as err:
+        click.echo(f"ftbench: error: {err}", err=True)
+        sys.exit(2)
+    return Cluster(address, port, secret=secret, wait_s=wait_s)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bench.cli.common import SET_OPTION, Ascii, cli, errors, interrupt, load_scenario
+from bench.cli.common import SET_OPTION, Ascii, agents_cluster, cli, errors, interrupt, load_scenario
 from bench.scenario.faults import FAULTS
 
 if TYPE_CHECKING:
@@ -228,22 +228,9 @@ def _cluster(agents_at: str | None, wait_s: float, env_specs: tuple[str, ...]) -
     """The run's rendezvous with agents the cluster started, from ``--agents-at``."""
     if agents_at is None:
         return None
-    from bench.hosts.cluster import Cluster, parse_address
-
     if env_specs:
         raise click.UsageError("--agents-at and --env cannot be combined yet (each environment is a child harness)")
-    from bench.hosts.auth import SecretError, required_secret
-
-    try:
-        address, port = parse_address(agents_at)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--agents-at") from None
-    try:
-        secret = required_secret(address, "--agents-at")
-    except SecretError as err:
-        click.echo(f"ftbench: error: {err}", err=True)
-        sys.exit(2)
-    return Cluster(address, port, secret=secret, wait_s=wait_s)
+    return agents_cluster(agents_at, wait_s)
 
 
 def _toml_list(items: tuple[str, ...]) -> str:

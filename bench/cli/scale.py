@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bench.cli.common import Ascii, cli, errors, interrupt
+from bench.cli.common import Ascii, agents_cluster, cli, errors, interrupt
 
 if TYPE_CHECKING:
     from bench.hosts.cluster import Cluster
@@ -160,16 +160,4 @@ def _cluster(agents_at: str | None, hosts: int | None, wait_s: float) -> tuple[C
         if not tasks.isdecimal() or int(tasks) < 1:
             raise click.UsageError("give --hosts N with --agents-at (outside Slurm, whose $SLURM_NTASKS would say)")
         hosts = int(tasks)
-    from bench.hosts.auth import SecretError, required_secret
-    from bench.hosts.cluster import Cluster, parse_address
-
-    try:
-        address, port = parse_address(agents_at)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--agents-at") from None
-    try:
-        secret = required_secret(address, "--agents-at")
-    except SecretError as err:
-        click.echo(f"ftbench: error: {err}", err=True)
-        sys.exit(2)
-    return Cluster(address, port, secret=secret, wait_s=wait_s), hosts
+    return agents_cluster(agents_at, wait_s), hosts
